@@ -1,0 +1,57 @@
+//! Gymnasium-style environments for CuMind.
+//!
+//! Every environment implements [`Environment`]: discrete actions, a flat `f32` observation laid
+//! out row-major in the shape of its [`Space::Box`] observation space, `reset(seed)` and
+//! `step(action)` returning a [`StepResult`] with separate `terminated` and `truncated` flags.
+//!
+//! | name               | type            | players | actions | observation |
+//! |--------------------|-----------------|---------|---------|-------------|
+//! | `"CartPole-v1"`    | [`CartPole`]    | 1       | 2       | `[4]`       |
+//! | `"MountainCar-v0"` | [`MountainCar`] | 1       | 3       | `[2]`       |
+//! | `"TicTacToe"`      | [`TicTacToe`]   | 2       | 9       | `[3, 3, 3]` |
+//! | `"ConnectFour"`    | [`ConnectFour`] | 2       | 7       | `[3, 6, 7]` |
+//! | `"Catch"`          | [`Catch`]       | 1       | 3       | `[5, 5]`    |
+//!
+//! CartPole and MountainCar follow Gymnasium 1.4.0 (CartPole is checked step for step against
+//! recorded Gymnasium episodes). In the two-player games the observation is from the point of
+//! view of the player to move and the reward from the point of view of the player who just moved.
+//!
+//! [`make`] builds an environment by name and [`VectorEnv`] steps several in parallel with
+//! automatic resets.
+//!
+//! ```
+//! use cumind_envs::{make, Environment};
+//!
+//! let mut env = make("CartPole-v1").unwrap();
+//! let (mut obs, _info) = env.reset(Some(42));
+//! let mut total = 0.0;
+//! loop {
+//!     // Push the cart toward the side the pole leans to.
+//!     let action = usize::from(3.0 * obs[2] + obs[3] > 0.0);
+//!     let step = env.step(action).unwrap();
+//!     total += step.reward;
+//!     obs = step.observation;
+//!     if step.terminated || step.truncated {
+//!         break;
+//!     }
+//! }
+//! assert!(total > 100.0);
+//! ```
+
+pub mod cartpole;
+pub mod catch;
+pub mod connect_four;
+pub mod env;
+pub mod mountain_car;
+pub mod registry;
+pub mod tictactoe;
+pub mod vector;
+
+pub use cartpole::CartPole;
+pub use catch::Catch;
+pub use connect_four::ConnectFour;
+pub use env::{EnvError, Environment, Info, Space, StepResult};
+pub use mountain_car::MountainCar;
+pub use registry::{make, names};
+pub use tictactoe::TicTacToe;
+pub use vector::{EpisodeStats, VectorEnv, VectorStep};

@@ -1,0 +1,350 @@
+//! Checkpoints: safetensors weights (online and target network), optimizer state, JSON metadata
+//! (configuration, counters, versions, file digests) and a replay snapshot.
+//!
+//! Layout under a run directory:
+//! ```text
+//! <run>/step-000001234/{metadata.json, model.safetensors, target.safetensors,
+//!                       optimizer.safetensors, replay.json}
+//! <run>/latest          -> "step-000001234"
+//! ```
+//! Every checkpoint is written into a temporary directory that is renamed into place, and
+//! `latest` is replaced by rename, so a crash at any moment leaves the previous checkpoint
+//! intact. Each file's size and CRC-32 are recorded in metadata.json and checked on load, so a
+//! truncated or corrupted file is an error that names it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::config::Config;
+use crate::network::NetworkSpec;
+use crate::replay::ReplayBuffer;
+
+/// Version of the checkpoint layout; bumped on incompatible changes.
+pub const FORMAT_VERSION: u32 = 1;
+const METADATA: &str = "metadata.json";
+const MODEL: &str = "model.safetensors";
+const TARGET: &str = "target.safetensors";
+const OPTIMIZER: &str = "optimizer.safetensors";
+const REPLAY: &str = "replay.json";
+const LATEST: &str = "latest";
+/// Checkpoints kept per run (older ones are deleted after a new one is in place).
+pub const KEEP: usize = 2;
+
+#[derive(Debug, Error)]
+pub enum CheckpointError {
+    #[error("no checkpoint at {path}: expected a directory with {METADATA} (a step directory) or a `{LATEST}` file (a run directory)")]
+    NotFound { path: String },
+    #[error("checkpoint file {path} is missing")]
+    MissingFile { path: String },
+    #[error("checkpoint file {path} is corrupt: {reason}")]
+    Corrupt { path: String, reason: String },
+    #[error("checkpoint {path} has format version {found}, this build reads version {FORMAT_VERSION}")]
+    Version { path: String, found: u32 },
+    #[error("I/O error on {path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("tensor error: {0}")]
+    Candle(#[from] candle_core::Error),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
+    move |source| CheckpointError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Size and CRC-32 of a file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileDigest {
+    pub bytes: u64,
+    pub crc32: u32,
+}
+
+/// Counters of a run at the time of a checkpoint.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Counters {
+    pub env_steps: u64,
+    pub training_steps: u64,
+    pub episodes: u64,
+    /// Seconds of training before this checkpoint (summed over resumed segments).
+    pub elapsed_seconds: f64,
+    /// Best mean evaluation return so far (NaN-free; `None` before the first evaluation).
+    pub best_eval_return: Option<f64>,
+}
+
+/// metadata.json.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Metadata {
+    pub format_version: u32,
+    pub cumind_version: String,
+    pub candle_version: String,
+    pub created_unix_seconds: u64,
+    pub config: serde_json::Value,
+    pub network: NetworkSpec,
+    pub counters: Counters,
+    pub optimizer_step: usize,
+    pub files: BTreeMap<String, FileDigest>,
+}
+
+impl Metadata {
+    /// The configuration the run was trained with.
+    pub fn config(&self) -> Result<Config, CheckpointError> {
+        serde_json::from_value(normalised_config(&self.config)).map_err(|e| CheckpointError::Corrupt {
+            path: METADATA.into(),
+            reason: format!("stored configuration does not load: {e}"),
+        })
+    }
+}
+
+fn normalised_config(value: &serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(map) => serde_json::Value::Object(
+            map.iter()
+                .map(|(k, v)| (crate::config::normalise_section_name(k), v.clone()))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// Everything a checkpoint holds, in memory.
+pub struct Checkpoint {
+    pub metadata: Metadata,
+    pub model: HashMap<String, Tensor>,
+    pub target: HashMap<String, Tensor>,
+    pub optimizer: HashMap<String, Tensor>,
+    pub replay: Option<ReplayBuffer>,
+    /// The step directory it was read from.
+    pub dir: PathBuf,
+}
+
+/// What to write.
+pub struct CheckpointData<'a> {
+    pub config: &'a Config,
+    pub network: &'a NetworkSpec,
+    pub counters: Counters,
+    pub model: HashMap<String, Tensor>,
+    pub target: HashMap<String, Tensor>,
+    pub optimizer: HashMap<String, Tensor>,
+    pub optimizer_step: usize,
+    pub replay: Option<&'a ReplayBuffer>,
+}
+
+fn digest(path: &Path) -> Result<FileDigest, CheckpointError> {
+    let bytes = std::fs::read(path).map_err(io_err(path))?;
+    Ok(FileDigest {
+        bytes: bytes.len() as u64,
+        crc32: crc32fast::hash(&bytes),
+    })
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
+    let mut f = std::fs::File::create(path).map_err(io_err(path))?;
+    f.write_all(bytes).map_err(io_err(path))?;
+    f.sync_all().map_err(io_err(path))
+}
+
+fn save_tensors(map: &HashMap<String, Tensor>, path: &Path) -> Result<(), CheckpointError> {
+    // safetensors needs contiguous CPU-readable tensors; move them to the CPU first.
+    let cpu: HashMap<String, Tensor> = map
+        .iter()
+        .map(|(k, t)| Ok((k.clone(), t.to_device(&Device::Cpu)?.contiguous()?)))
+        .collect::<Result<_, candle_core::Error>>()?;
+    candle_core::safetensors::save(&cpu, path)?;
+    std::fs::File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(io_err(path))
+}
+
+/// Write a checkpoint for `data` under `run_dir` atomically and point `latest` at it.
+/// Returns the step directory.
+pub fn save(run_dir: &Path, data: &CheckpointData) -> Result<PathBuf, CheckpointError> {
+    std::fs::create_dir_all(run_dir).map_err(io_err(run_dir))?;
+    let name = format!("step-{:010}", data.counters.training_steps);
+    let final_dir = run_dir.join(&name);
+    let tmp = run_dir.join(format!(".tmp-{name}-{}", std::process::id()));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
+    }
+    std::fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
+
+    save_tensors(&data.model, &tmp.join(MODEL))?;
+    save_tensors(&data.target, &tmp.join(TARGET))?;
+    save_tensors(&data.optimizer, &tmp.join(OPTIMIZER))?;
+    let mut files = BTreeMap::new();
+    if let Some(replay) = data.replay {
+        let path = tmp.join(REPLAY);
+        let json = serde_json::to_vec(replay).map_err(|e| CheckpointError::Corrupt {
+            path: path.display().to_string(),
+            reason: format!("cannot serialise the replay buffer: {e}"),
+        })?;
+        write_synced(&path, &json)?;
+    }
+    for file in [MODEL, TARGET, OPTIMIZER, REPLAY] {
+        let path = tmp.join(file);
+        if path.exists() {
+            files.insert(file.to_string(), digest(&path)?);
+        }
+    }
+    let metadata = Metadata {
+        format_version: FORMAT_VERSION,
+        cumind_version: env!("CARGO_PKG_VERSION").to_string(),
+        candle_version: "0.11".to_string(),
+        created_unix_seconds: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        config: serde_json::to_value(data.config).expect("config serialises"),
+        network: data.network.clone(),
+        counters: data.counters.clone(),
+        optimizer_step: data.optimizer_step,
+        files,
+    };
+    let meta_json = serde_json::to_vec_pretty(&metadata).expect("metadata serialises");
+    write_synced(&tmp.join(METADATA), &meta_json)?;
+
+    if final_dir.exists() {
+        std::fs::remove_dir_all(&final_dir).map_err(io_err(&final_dir))?;
+    }
+    std::fs::rename(&tmp, &final_dir).map_err(io_err(&final_dir))?;
+    let latest_tmp = run_dir.join(format!(".{LATEST}.tmp"));
+    write_synced(&latest_tmp, name.as_bytes())?;
+    std::fs::rename(&latest_tmp, run_dir.join(LATEST)).map_err(io_err(run_dir))?;
+    prune(run_dir)?;
+    Ok(final_dir)
+}
+
+/// Delete all but the newest [`KEEP`] step directories.
+fn prune(run_dir: &Path) -> Result<(), CheckpointError> {
+    let mut steps: Vec<PathBuf> = std::fs::read_dir(run_dir)
+        .map_err(io_err(run_dir))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.is_dir() && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("step-")))
+        .collect();
+    steps.sort();
+    if steps.len() > KEEP {
+        for old in &steps[..steps.len() - KEEP] {
+            std::fs::remove_dir_all(old).map_err(io_err(old))?;
+        }
+    }
+    Ok(())
+}
+
+/// The step directory `path` names: itself if it holds metadata.json, else the one its
+/// `latest` file points at.
+pub fn resolve(path: &Path) -> Result<PathBuf, CheckpointError> {
+    if path.join(METADATA).is_file() {
+        return Ok(path.to_path_buf());
+    }
+    let latest = path.join(LATEST);
+    if latest.is_file() {
+        let name = std::fs::read_to_string(&latest).map_err(io_err(&latest))?;
+        let dir = path.join(name.trim());
+        if dir.join(METADATA).is_file() {
+            return Ok(dir);
+        }
+        return Err(CheckpointError::MissingFile {
+            path: dir.join(METADATA).display().to_string(),
+        });
+    }
+    Err(CheckpointError::NotFound {
+        path: path.display().to_string(),
+    })
+}
+
+/// Read and verify the metadata of the checkpoint at `path` (step or run directory).
+pub fn load_metadata(path: &Path) -> Result<(PathBuf, Metadata), CheckpointError> {
+    let dir = resolve(path)?;
+    let meta_path = dir.join(METADATA);
+    let text = std::fs::read(&meta_path).map_err(io_err(&meta_path))?;
+    let value: serde_json::Value = serde_json::from_slice(&text).map_err(|e| CheckpointError::Corrupt {
+        path: meta_path.display().to_string(),
+        reason: format!("not valid JSON: {e}"),
+    })?;
+    let found = value.get("format_version").and_then(|v| v.as_u64()).unwrap_or(0) as u32;
+    if found != FORMAT_VERSION {
+        return Err(CheckpointError::Version {
+            path: dir.display().to_string(),
+            found,
+        });
+    }
+    let metadata: Metadata = serde_json::from_value(value).map_err(|e| CheckpointError::Corrupt {
+        path: meta_path.display().to_string(),
+        reason: format!("unexpected contents: {e}"),
+    })?;
+    Ok((dir, metadata))
+}
+
+fn verified_bytes(dir: &Path, file: &str, meta: &Metadata) -> Result<Vec<u8>, CheckpointError> {
+    let path = dir.join(file);
+    let expected = meta.files.get(file).ok_or_else(|| CheckpointError::Corrupt {
+        path: dir.join(METADATA).display().to_string(),
+        reason: format!("no digest recorded for {file}"),
+    })?;
+    if !path.is_file() {
+        return Err(CheckpointError::MissingFile {
+            path: path.display().to_string(),
+        });
+    }
+    let bytes = std::fs::read(&path).map_err(io_err(&path))?;
+    if bytes.len() as u64 != expected.bytes {
+        return Err(CheckpointError::Corrupt {
+            path: path.display().to_string(),
+            reason: format!("{} bytes, expected {} (truncated or partly written)", bytes.len(), expected.bytes),
+        });
+    }
+    let crc = crc32fast::hash(&bytes);
+    if crc != expected.crc32 {
+        return Err(CheckpointError::Corrupt {
+            path: path.display().to_string(),
+            reason: format!("CRC-32 {crc:08x}, expected {:08x} (contents changed)", expected.crc32),
+        });
+    }
+    Ok(bytes)
+}
+
+fn load_tensors(dir: &Path, file: &str, meta: &Metadata, device: &Device) -> Result<HashMap<String, Tensor>, CheckpointError> {
+    let bytes = verified_bytes(dir, file, meta)?;
+    candle_core::safetensors::load_buffer(&bytes, device).map_err(|e| CheckpointError::Corrupt {
+        path: dir.join(file).display().to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// Load the weights only (for evaluation and the library API).
+pub fn load_model(path: &Path, device: &Device) -> Result<(Metadata, HashMap<String, Tensor>), CheckpointError> {
+    let (dir, meta) = load_metadata(path)?;
+    let model = load_tensors(&dir, MODEL, &meta, device)?;
+    Ok((meta, model))
+}
+
+/// Load everything (to resume training).
+pub fn load(path: &Path, device: &Device) -> Result<Checkpoint, CheckpointError> {
+    let (dir, metadata) = load_metadata(path)?;
+    let model = load_tensors(&dir, MODEL, &metadata, device)?;
+    let target = load_tensors(&dir, TARGET, &metadata, device)?;
+    let optimizer = load_tensors(&dir, OPTIMIZER, &metadata, device)?;
+    let replay = if metadata.files.contains_key(REPLAY) {
+        let bytes = verified_bytes(&dir, REPLAY, &metadata)?;
+        Some(serde_json::from_slice(&bytes).map_err(|e| CheckpointError::Corrupt {
+            path: dir.join(REPLAY).display().to_string(),
+            reason: e.to_string(),
+        })?)
+    } else {
+        None
+    };
+    Ok(Checkpoint {
+        metadata,
+        model,
+        target,
+        optimizer,
+        replay,
+        dir,
+    })
+}

@@ -1,0 +1,123 @@
+//! Builds the parts of an agent from a validated [`Config`]: the network spec, the search,
+//! replay and learner configurations. Shared by training, evaluation and the library API.
+
+use crate::config::Config;
+use crate::network::NetworkSpec;
+use crate::replay::ReplayConfig;
+use crate::search::{SearchConfig, SearchPolicy};
+use crate::support::Support;
+use crate::train::optimizer::{AdamWConfig, LrSchedule};
+use crate::train::{LearnerConfig, ValueTarget};
+
+/// What the agent needs to know of its environment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnvInfo {
+    pub observation_shape: Vec<usize>,
+    pub num_actions: usize,
+    pub num_players: usize,
+}
+
+impl EnvInfo {
+    /// Read the spaces of the configured environment.
+    pub fn of(config: &Config) -> Result<Self, cumind_envs::EnvError> {
+        let env = cumind_envs::make(&config.environment.env_name)?;
+        Ok(Self {
+            observation_shape: env.observation_space().shape(),
+            num_actions: env.action_space().n().unwrap_or(0),
+            num_players: env.num_players(),
+        })
+    }
+}
+
+/// The network architecture for `config` and `env`.
+pub fn network_spec(config: &Config, env: &EnvInfo) -> NetworkSpec {
+    let n = &config.network_architecture;
+    NetworkSpec {
+        observation_shape: env.observation_shape.clone(),
+        num_actions: env.num_actions,
+        hidden_dim: n.hidden_dim,
+        latent_dim: n.latent_dim,
+        num_blocks: n.num_blocks,
+        value_support: Support::symmetric(n.value_support_size as u32),
+        reward_support: Support::symmetric(n.reward_support_size as u32),
+    }
+}
+
+/// The search configuration.
+pub fn search_config(config: &Config, env: &EnvInfo) -> SearchConfig {
+    let m = &config.mcts;
+    SearchConfig {
+        num_simulations: m.num_simulations,
+        discount: config.self_play.discount as f32,
+        c1: m.c_puct as f32,
+        c2: m.c_base as f32,
+        dirichlet_alpha: m.dirichlet_alpha as f32,
+        exploration_fraction: m.exploration_fraction as f32,
+        two_player: env.num_players > 1,
+        policy: if m.search_policy == "gumbel" {
+            SearchPolicy::Gumbel {
+                max_considered_actions: m.max_considered_actions,
+                c_visit: m.gumbel_c_visit as f32,
+                c_scale: m.gumbel_c_scale as f32,
+            }
+        } else {
+            SearchPolicy::Puct
+        },
+    }
+}
+
+/// The replay configuration.
+pub fn replay_config(config: &Config, env: &EnvInfo) -> ReplayConfig {
+    let mem = &config.memory;
+    ReplayConfig {
+        capacity: mem.memory_capacity,
+        num_unroll_steps: config.self_play.num_unroll_steps,
+        td_steps: config.self_play.td_steps,
+        discount: config.self_play.discount as f32,
+        per_alpha: mem.per_alpha as f32,
+        per_beta: mem.per_beta as f32,
+        per_epsilon: mem.per_epsilon as f32,
+        two_player: env.num_players > 1,
+    }
+}
+
+/// The learner configuration; `total_steps` is the expected length of the run in training
+/// steps (for the learning-rate decay).
+pub fn learner_config(config: &Config, total_steps: usize) -> LearnerConfig {
+    let t = &config.training;
+    LearnerConfig {
+        optimizer: AdamWConfig {
+            learning_rate: t.learning_rate,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: t.weight_decay,
+            max_grad_norm: t.max_grad_norm,
+        },
+        schedule: LrSchedule {
+            peak: t.learning_rate,
+            warmup_steps: t.lr_warmup_steps,
+            total_steps,
+            final_fraction: t.lr_final_fraction,
+        },
+        value_loss_weight: t.value_loss_weight,
+        target_update_frequency: t.target_update_frequency,
+        value_target: if config.self_play.value_target == "root" {
+            ValueTarget::StoredRoot
+        } else {
+            ValueTarget::TargetNetwork
+        },
+    }
+}
+
+/// Expected training steps of a run: the explicit cap, else env budget x ratio.
+pub fn expected_training_steps(config: &Config) -> usize {
+    let t = &config.training;
+    if t.max_training_steps > 0 {
+        t.max_training_steps
+    } else if t.max_env_steps > 0 {
+        (t.max_env_steps as f64 * t.train_ratio) as usize
+    } else {
+        100_000
+    }
+}

@@ -1,0 +1,18 @@
+//! CuMind: a MuZero-style reinforcement-learning agent.
+//!
+//! The pure core ([`search`], [`replay`], [`support`], [`model`]) has no candle and no I/O.
+
+pub mod checkpoint;
+pub mod cli;
+pub mod components;
+pub mod config;
+pub mod metrics;
+pub mod model;
+pub mod network;
+pub mod replay;
+pub mod search;
+pub mod selfplay;
+pub mod support;
+pub mod train;
+
+pub use cumind_envs as envs;

@@ -1,0 +1,102 @@
+//! Where training reports its scalars: a one-method [`MetricSink`] trait, a TensorBoard writer
+//! and an in-memory sink for tests.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Receives named scalar series.
+pub trait MetricSink {
+    fn scalar(&mut self, tag: &str, value: f64, step: u64);
+    /// Make everything written so far durable (default: nothing to do).
+    fn flush(&mut self) {}
+}
+
+/// Discards everything.
+#[derive(Debug, Default)]
+pub struct NullSink;
+
+impl MetricSink for NullSink {
+    fn scalar(&mut self, _: &str, _: f64, _: u64) {}
+}
+
+/// Keeps every scalar in memory: `series[tag] = [(step, value), ...]`.
+#[derive(Debug, Default, Clone)]
+pub struct MemorySink {
+    pub series: BTreeMap<String, Vec<(u64, f64)>>,
+}
+
+impl MetricSink for MemorySink {
+    fn scalar(&mut self, tag: &str, value: f64, step: u64) {
+        self.series
+            .entry(tag.to_string())
+            .or_default()
+            .push((step, value));
+    }
+}
+
+/// TensorBoard event files in one directory per run (tensorboard-rs names files by the second,
+/// so two writers on one directory would overwrite each other: each run gets its own).
+pub struct TensorBoardSink {
+    writer: tensorboard_rs::summary_writer::SummaryWriter,
+    dir: PathBuf,
+}
+
+impl TensorBoardSink {
+    pub fn new(dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        Ok(Self {
+            writer: tensorboard_rs::summary_writer::SummaryWriter::new(dir),
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl MetricSink for TensorBoardSink {
+    fn scalar(&mut self, tag: &str, value: f64, step: u64) {
+        self.writer.add_scalar(tag, value as f32, step as usize);
+    }
+
+    fn flush(&mut self) {
+        self.writer.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_sink_keeps_series_in_order() {
+        let mut sink = MemorySink::default();
+        sink.scalar("loss", 2.0, 1);
+        sink.scalar("loss", 1.0, 2);
+        sink.scalar("return", 9.0, 2);
+        assert_eq!(sink.series["loss"], vec![(1, 2.0), (2, 1.0)]);
+        assert_eq!(sink.series["return"], vec![(2, 9.0)]);
+    }
+
+    #[test]
+    fn tensorboard_sink_writes_an_event_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        {
+            let mut sink = TensorBoardSink::new(&run).unwrap();
+            sink.scalar("train/loss", 1.5, 3);
+            sink.flush();
+        }
+        let files: Vec<_> = std::fs::read_dir(&run)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(files.len(), 1);
+        assert!(files[0]
+            .to_string_lossy()
+            .starts_with("events.out.tfevents."));
+        let size = std::fs::metadata(run.join(&files[0])).unwrap().len();
+        assert!(size > 0);
+    }
+}

@@ -1,0 +1,213 @@
+//! Small layers that keep f32 weights and compute in the input's dtype.
+//!
+//! candle's stock `Linear` fails on bf16 input with f32 weights, and its fused `layer_norm`
+//! has no backward (see DEPENDENCIES.md), so these are written out with ops that have both.
+
+use candle_core::{DType, Tensor, D};
+
+use super::params::ParamBuilder;
+use super::NetworkError;
+
+/// Cast `t` to `dtype` unless it already is (casting is not free).
+pub fn cast(t: &Tensor, dtype: DType) -> candle_core::Result<Tensor> {
+    if t.dtype() == dtype {
+        Ok(t.clone())
+    } else {
+        t.to_dtype(dtype)
+    }
+}
+
+/// y = x W^T + b with W `[out, in]` and b `[out]` stored in f32.
+#[derive(Clone, Debug)]
+pub struct Linear {
+    weight: Tensor,
+    bias: Tensor,
+}
+
+impl Linear {
+    /// PyTorch's default initialisation: uniform(+-1/sqrt(in)) for weight and bias; `zero`
+    /// makes both zero (used for the last layer of the value/reward heads).
+    pub fn new(
+        pb: &mut ParamBuilder,
+        name: &str,
+        input: usize,
+        output: usize,
+        zero: bool,
+    ) -> Result<Self, NetworkError> {
+        let bound = if zero {
+            0.0
+        } else {
+            1.0 / (input as f32).sqrt()
+        };
+        pb.push(name);
+        let weight = pb.uniform("weight", &[output, input], bound);
+        let bias = pb.uniform("bias", &[output], bound);
+        pb.pop();
+        Ok(Self {
+            weight: weight?,
+            bias: bias?,
+        })
+    }
+
+    /// # Shapes
+    /// `x`: `[B, in]` -> `[B, out]`, in `x`'s dtype.
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let dtype = x.dtype();
+        let w = cast(&self.weight, dtype)?;
+        let b = cast(&self.bias, dtype)?;
+        x.matmul(&w.t()?)?.broadcast_add(&b)
+    }
+}
+
+/// Layer normalisation over the last dimension, computed in f32 for stability, with a learned
+/// scale and shift; written with plain ops so it has a backward pass.
+#[derive(Clone, Debug)]
+pub struct LayerNorm {
+    gamma: Tensor,
+    beta: Tensor,
+    eps: f64,
+}
+
+impl LayerNorm {
+    pub fn new(pb: &mut ParamBuilder, name: &str, dim: usize) -> Result<Self, NetworkError> {
+        pb.push(name);
+        let gamma = pb.constant("weight", &[dim], 1.0);
+        let beta = pb.constant("bias", &[dim], 0.0);
+        pb.pop();
+        Ok(Self {
+            gamma: gamma?,
+            beta: beta?,
+            eps: 1e-5,
+        })
+    }
+
+    /// # Shapes
+    /// `x`: `[B, dim]` -> `[B, dim]`, in `x`'s dtype.
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let dtype = x.dtype();
+        let xf = cast(x, DType::F32)?;
+        let mean = xf.mean_keepdim(D::Minus1)?;
+        let centred = xf.broadcast_sub(&mean)?;
+        let var = centred.sqr()?.mean_keepdim(D::Minus1)?;
+        let normed = centred.broadcast_div(&(var + self.eps)?.sqrt()?)?;
+        let out = normed
+            .broadcast_mul(&self.gamma)?
+            .broadcast_add(&self.beta)?;
+        cast(&out, dtype)
+    }
+}
+
+/// Linear -> LayerNorm -> ReLU.
+#[derive(Clone, Debug)]
+pub struct DenseBlock {
+    linear: Linear,
+    norm: LayerNorm,
+}
+
+impl DenseBlock {
+    pub fn new(
+        pb: &mut ParamBuilder,
+        name: &str,
+        input: usize,
+        output: usize,
+    ) -> Result<Self, NetworkError> {
+        pb.push(name);
+        let linear = Linear::new(pb, "linear", input, output, false);
+        let norm = LayerNorm::new(pb, "norm", output);
+        pb.pop();
+        Ok(Self {
+            linear: linear?,
+            norm: norm?,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        self.norm.forward(&self.linear.forward(x)?)?.relu()
+    }
+}
+
+/// Pre-activation-free residual block: x + LN(W2 relu(LN(W1 x))), then ReLU.
+#[derive(Clone, Debug)]
+pub struct ResidualBlock {
+    first: DenseBlock,
+    second: Linear,
+    norm: LayerNorm,
+}
+
+impl ResidualBlock {
+    pub fn new(pb: &mut ParamBuilder, name: &str, dim: usize) -> Result<Self, NetworkError> {
+        pb.push(name);
+        let first = DenseBlock::new(pb, "first", dim, dim);
+        let second = Linear::new(pb, "second", dim, dim, false);
+        let norm = LayerNorm::new(pb, "norm", dim);
+        pb.pop();
+        Ok(Self {
+            first: first?,
+            second: second?,
+            norm: norm?,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let h = self
+            .norm
+            .forward(&self.second.forward(&self.first.forward(x)?)?)?;
+        (x + h)?.relu()
+    }
+}
+
+/// A trunk: DenseBlock(in -> hidden) followed by `num_blocks` residual blocks.
+#[derive(Clone, Debug)]
+pub struct Trunk {
+    input: DenseBlock,
+    blocks: Vec<ResidualBlock>,
+}
+
+impl Trunk {
+    pub fn new(
+        pb: &mut ParamBuilder,
+        name: &str,
+        input: usize,
+        hidden: usize,
+        num_blocks: usize,
+    ) -> Result<Self, NetworkError> {
+        pb.push(name);
+        let first = DenseBlock::new(pb, "input", input, hidden);
+        let blocks: Result<Vec<_>, _> = (0..num_blocks)
+            .map(|i| ResidualBlock::new(pb, &format!("block{i}"), hidden))
+            .collect();
+        pb.pop();
+        Ok(Self {
+            input: first?,
+            blocks: blocks?,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let mut h = self.input.forward(x)?;
+        for block in &self.blocks {
+            h = block.forward(&h)?;
+        }
+        Ok(h)
+    }
+}
+
+/// Scale every sample's features to [0, 1]: (s - min) / (max - min), as in MuZero's appendix.
+///
+/// # Shapes
+/// `s`: `[B, ...]`, flattened per sample for the statistics.
+pub fn min_max_scale(s: &Tensor) -> candle_core::Result<Tensor> {
+    let dims = s.dims().to_vec();
+    let flat = s.flatten_from(1)?;
+    let min = flat.min_keepdim(1)?;
+    let max = flat.max_keepdim(1)?;
+    let scale = ((max - &min)? + 1e-5)?;
+    flat.broadcast_sub(&min)?
+        .broadcast_div(&scale)?
+        .reshape(dims)
+}
+
+/// Identity forward, gradient multiplied by `scale` backward.
+pub fn scale_gradient(x: &Tensor, scale: f64) -> candle_core::Result<Tensor> {
+    (x * scale)? + (x.detach() * (1.0 - scale))?
+}

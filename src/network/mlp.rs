@@ -1,0 +1,145 @@
+//! Representation, dynamics and prediction networks for vector observations (MLP trunks with
+//! residual blocks and layer normalisation).
+
+use candle_core::Tensor;
+
+use super::layers::{min_max_scale, Linear, Trunk};
+use super::params::ParamBuilder;
+use super::{NetworkError, NetworkSpec};
+
+/// h(obs) -> latent.
+#[derive(Clone, Debug)]
+pub struct Representation {
+    trunk: Trunk,
+    out: Linear,
+}
+
+impl Representation {
+    pub fn new(pb: &mut ParamBuilder, spec: &NetworkSpec) -> Result<Self, NetworkError> {
+        pb.push("representation");
+        let trunk = Trunk::new(
+            pb,
+            "trunk",
+            spec.obs_len(),
+            spec.hidden_dim,
+            spec.num_blocks,
+        );
+        let out = Linear::new(pb, "out", spec.hidden_dim, spec.latent_dim, false);
+        pb.pop();
+        Ok(Self {
+            trunk: trunk?,
+            out: out?,
+        })
+    }
+
+    /// # Shapes
+    /// `obs`: `[B, obs_len]` -> latent `[B, latent_dim]` in [0, 1].
+    pub fn forward(&self, obs: &Tensor) -> candle_core::Result<Tensor> {
+        min_max_scale(&self.out.forward(&self.trunk.forward(obs)?)?)
+    }
+}
+
+/// g(latent, action) -> (latent', reward logits).
+#[derive(Clone, Debug)]
+pub struct Dynamics {
+    trunk: Trunk,
+    latent_out: Linear,
+    reward_hidden: Linear,
+    reward_out: Linear,
+}
+
+impl Dynamics {
+    pub fn new(pb: &mut ParamBuilder, spec: &NetworkSpec) -> Result<Self, NetworkError> {
+        pb.push("dynamics");
+        let trunk = Trunk::new(
+            pb,
+            "trunk",
+            spec.latent_dim + spec.num_actions,
+            spec.hidden_dim,
+            spec.num_blocks,
+        );
+        let latent_out = Linear::new(pb, "latent_out", spec.hidden_dim, spec.latent_dim, false);
+        let reward_hidden =
+            Linear::new(pb, "reward_hidden", spec.hidden_dim, spec.hidden_dim, false);
+        let reward_out = Linear::new(
+            pb,
+            "reward_out",
+            spec.hidden_dim,
+            spec.reward_support.size(),
+            true,
+        );
+        pb.pop();
+        Ok(Self {
+            trunk: trunk?,
+            latent_out: latent_out?,
+            reward_hidden: reward_hidden?,
+            reward_out: reward_out?,
+        })
+    }
+
+    /// # Shapes
+    /// `latent`: `[B, latent_dim]`, `action_one_hot`: `[B, A]` (latent's dtype)
+    /// -> (`[B, latent_dim]`, reward logits `[B, reward_support]`).
+    pub fn forward(
+        &self,
+        latent: &Tensor,
+        action_one_hot: &Tensor,
+    ) -> candle_core::Result<(Tensor, Tensor)> {
+        let x = Tensor::cat(&[latent, action_one_hot], 1)?;
+        let h = self.trunk.forward(&x)?;
+        let next = min_max_scale(&self.latent_out.forward(&h)?)?;
+        let reward = self
+            .reward_out
+            .forward(&self.reward_hidden.forward(&h)?.relu()?)?;
+        Ok((next, reward))
+    }
+}
+
+/// f(latent) -> (policy logits, value logits).
+#[derive(Clone, Debug)]
+pub struct Prediction {
+    trunk: Trunk,
+    policy_out: Linear,
+    value_hidden: Linear,
+    value_out: Linear,
+}
+
+impl Prediction {
+    pub fn new(pb: &mut ParamBuilder, spec: &NetworkSpec) -> Result<Self, NetworkError> {
+        pb.push("prediction");
+        let trunk = Trunk::new(
+            pb,
+            "trunk",
+            spec.latent_dim,
+            spec.hidden_dim,
+            spec.num_blocks,
+        );
+        let policy_out = Linear::new(pb, "policy_out", spec.hidden_dim, spec.num_actions, false);
+        let value_hidden = Linear::new(pb, "value_hidden", spec.hidden_dim, spec.hidden_dim, false);
+        let value_out = Linear::new(
+            pb,
+            "value_out",
+            spec.hidden_dim,
+            spec.value_support.size(),
+            true,
+        );
+        pb.pop();
+        Ok(Self {
+            trunk: trunk?,
+            policy_out: policy_out?,
+            value_hidden: value_hidden?,
+            value_out: value_out?,
+        })
+    }
+
+    /// # Shapes
+    /// `latent`: `[B, latent_dim]` -> (policy logits `[B, A]`, value logits `[B, value_support]`).
+    pub fn forward(&self, latent: &Tensor) -> candle_core::Result<(Tensor, Tensor)> {
+        let h = self.trunk.forward(latent)?;
+        let policy = self.policy_out.forward(&h)?;
+        let value = self
+            .value_out
+            .forward(&self.value_hidden.forward(&h)?.relu()?)?;
+        Ok((policy, value))
+    }
+}

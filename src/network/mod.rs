@@ -1,0 +1,201 @@
+//! candle networks of MuZero: representation h, dynamics g and prediction f.
+//!
+//! Parameters are f32 (see [`params`]); the forward pass runs in the compute dtype given at
+//! construction (f32, bf16 or f16) and every output head is returned in f32, so losses are
+//! reduced in f32. The device arrives with the caller's choice; nothing here picks one.
+
+pub mod layers;
+pub mod mlp;
+pub mod params;
+pub mod search_model;
+
+use std::collections::HashMap;
+
+use candle_core::{DType, Device, Tensor};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::support::Support;
+pub use params::{ParamBuilder, Params};
+pub use search_model::SearchModel;
+
+/// Errors from building or running a network.
+#[derive(Debug, Error)]
+pub enum NetworkError {
+    #[error("candle: {0}")]
+    Candle(#[from] candle_core::Error),
+    #[error("parameter `{0}` is missing (checkpoint of a different architecture?)")]
+    MissingParameter(String),
+    #[error(
+        "parameter `{0}` is not part of this network (checkpoint of a different architecture?)"
+    )]
+    UnexpectedParameter(String),
+    #[error("parameter `{name}` has shape {got:?}, expected {expected:?} (checkpoint of a different configuration?)")]
+    ParameterShape {
+        name: String,
+        expected: Vec<usize>,
+        got: Vec<usize>,
+    },
+    #[error("observation batch has {got} values, expected a multiple of {per_observation} (observation shape {shape:?})")]
+    ObservationShape {
+        got: usize,
+        per_observation: usize,
+        shape: Vec<usize>,
+    },
+    #[error("action {action} is out of range for {num_actions} actions")]
+    ActionOutOfRange { action: usize, num_actions: usize },
+}
+
+/// Everything that fixes a network's architecture.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NetworkSpec {
+    pub observation_shape: Vec<usize>,
+    pub num_actions: usize,
+    pub hidden_dim: usize,
+    pub latent_dim: usize,
+    pub num_blocks: usize,
+    pub value_support: Support,
+    pub reward_support: Support,
+}
+
+impl NetworkSpec {
+    /// Values per observation.
+    pub fn obs_len(&self) -> usize {
+        self.observation_shape.iter().product()
+    }
+}
+
+/// Parse a configured compute dtype (`auto` resolves by device: bf16 on CUDA, f32 on the CPU,
+/// where candle's bf16 matmul is emulated and slower).
+pub fn compute_dtype(name: &str, device: &Device) -> DType {
+    match name {
+        "bfloat16" => DType::BF16,
+        "float16" => DType::F16,
+        "float32" => DType::F32,
+        _ if device.is_cuda() => DType::BF16,
+        _ => DType::F32,
+    }
+}
+
+/// The three MuZero networks with their parameters.
+#[derive(Clone)]
+pub struct MuZeroNetwork {
+    spec: NetworkSpec,
+    params: Params,
+    dtype: DType,
+    representation: mlp::Representation,
+    dynamics: mlp::Dynamics,
+    prediction: mlp::Prediction,
+}
+
+impl MuZeroNetwork {
+    /// Fresh parameters from `seed`.
+    pub fn new(
+        spec: NetworkSpec,
+        seed: u64,
+        device: &Device,
+        dtype: DType,
+    ) -> Result<Self, NetworkError> {
+        Self::build(spec, ParamBuilder::random(seed, device), dtype)
+    }
+
+    /// Parameters from named tensors (a checkpoint); names and shapes must match exactly.
+    pub fn from_tensors(
+        spec: NetworkSpec,
+        tensors: HashMap<String, Tensor>,
+        device: &Device,
+        dtype: DType,
+    ) -> Result<Self, NetworkError> {
+        Self::build(spec, ParamBuilder::from_tensors(tensors, device), dtype)
+    }
+
+    fn build(spec: NetworkSpec, mut pb: ParamBuilder, dtype: DType) -> Result<Self, NetworkError> {
+        let representation = mlp::Representation::new(&mut pb, &spec)?;
+        let dynamics = mlp::Dynamics::new(&mut pb, &spec)?;
+        let prediction = mlp::Prediction::new(&mut pb, &spec)?;
+        Ok(Self {
+            spec,
+            params: pb.finish()?,
+            dtype,
+            representation,
+            dynamics,
+            prediction,
+        })
+    }
+
+    /// An independent copy (new parameter storage) on `device`, e.g. a target network or a replica.
+    pub fn deep_copy(&self, device: &Device) -> Result<Self, NetworkError> {
+        let tensors = self.params.to_tensors()?;
+        Self::from_tensors(self.spec.clone(), tensors, device, self.dtype)
+    }
+
+    pub fn spec(&self) -> &NetworkSpec {
+        &self.spec
+    }
+
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    pub fn device(&self) -> &Device {
+        self.params.device()
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Observations as a tensor in the compute dtype.
+    ///
+    /// # Shapes
+    /// `observations`: `[B * obs_len]` -> `[B, obs_len]`.
+    pub fn observation_tensor(&self, observations: &[f32]) -> Result<Tensor, NetworkError> {
+        let per = self.spec.obs_len();
+        if per == 0 || observations.len() % per != 0 {
+            return Err(NetworkError::ObservationShape {
+                got: observations.len(),
+                per_observation: per,
+                shape: self.spec.observation_shape.clone(),
+            });
+        }
+        let b = observations.len() / per;
+        Ok(Tensor::from_slice(observations, (b, per), self.device())?.to_dtype(self.dtype)?)
+    }
+
+    /// One-hot actions in the compute dtype, `[B, A]`.
+    pub fn action_tensor(&self, actions: &[usize]) -> Result<Tensor, NetworkError> {
+        let a = self.spec.num_actions;
+        let mut one_hot = vec![0f32; actions.len() * a];
+        for (i, &action) in actions.iter().enumerate() {
+            if action >= a {
+                return Err(NetworkError::ActionOutOfRange {
+                    action,
+                    num_actions: a,
+                });
+            }
+            one_hot[i * a + action] = 1.0;
+        }
+        Ok(Tensor::from_vec(one_hot, (actions.len(), a), self.device())?.to_dtype(self.dtype)?)
+    }
+
+    /// h: observations `[B, obs_len]` -> latent `[B, latent_dim]`.
+    pub fn represent(&self, observations: &Tensor) -> Result<Tensor, NetworkError> {
+        Ok(self.representation.forward(observations)?)
+    }
+
+    /// g: (latent `[B, L]`, one-hot actions `[B, A]`) -> (latent `[B, L]`, reward logits `[B, R]` f32).
+    pub fn dynamics(
+        &self,
+        latent: &Tensor,
+        actions: &Tensor,
+    ) -> Result<(Tensor, Tensor), NetworkError> {
+        let (next, reward) = self.dynamics.forward(latent, actions)?;
+        Ok((next, reward.to_dtype(DType::F32)?))
+    }
+
+    /// f: latent `[B, L]` -> (policy logits `[B, A]` f32, value logits `[B, V]` f32).
+    pub fn predict(&self, latent: &Tensor) -> Result<(Tensor, Tensor), NetworkError> {
+        let (policy, value) = self.prediction.forward(latent)?;
+        Ok((policy.to_dtype(DType::F32)?, value.to_dtype(DType::F32)?))
+    }
+}

@@ -1,0 +1,152 @@
+//! MuZero's pUCT selection rule (MuZero appendix B).
+//!
+//! `score(a) = Q_norm(a) + P(a) * sqrt(N) / (1 + N(a)) * (c1 + ln((N + c2 + 1) / c2))`
+//!
+//! - `N` is the visit count of the parent node. Every expanded node counts its own expansion
+//!   as one visit, so `N = 1 + sum_a N(a)`: the first simulation from a fresh node already
+//!   follows the prior (as in mctx) instead of facing an all-zero tie.
+//! - `Q(a) = r(a) + discount * sign * v(a)` is the child's mean value seen from the parent
+//!   (`sign = -1` in two-player games), normalised by the tree's [`MinMaxStats`].
+//! - An unvisited (unexpanded) child's Q term is 0, as in the MuZero pseudocode: it is the
+//!   bottom of the normalised range, so unexplored actions compete through their prior only.
+//! - Ties go to the lowest action index (no random jitter): selection is deterministic.
+
+use super::min_max::MinMaxStats;
+use super::tree::Tree;
+
+/// Default `c1` (`pb_c_init`).
+pub const DEFAULT_C1: f32 = 1.25;
+/// Default `c2` (`pb_c_base`).
+pub const DEFAULT_C2: f32 = 19652.0;
+
+/// `sqrt(N) * (c1 + ln((N + c2 + 1) / c2))` for a parent visited `parent_visits` times.
+#[inline]
+pub fn exploration_factor(parent_visits: u32, c1: f32, c2: f32) -> f32 {
+    let n = parent_visits as f32;
+    n.sqrt() * (c1 + ((n + c2 + 1.0) / c2).ln())
+}
+
+/// The pUCT score of one child given its normalised Q term.
+#[inline]
+pub fn puct_score(
+    q_norm: f32,
+    prior: f32,
+    parent_visits: u32,
+    child_visits: u32,
+    c1: f32,
+    c2: f32,
+) -> f32 {
+    q_norm + prior * exploration_factor(parent_visits, c1, c2) / (1.0 + child_visits as f32)
+}
+
+/// The child of `node` with the highest pUCT score, among the `legal` actions when given.
+///
+/// Ties (and NaN scores) resolve to the lowest allowed action index. Returns 0 if no action is
+/// allowed (callers guarantee at least one).
+#[allow(clippy::too_many_arguments)]
+pub fn select_child(
+    tree: &Tree,
+    node: usize,
+    stats: &MinMaxStats,
+    discount: f32,
+    sign: f32,
+    c1: f32,
+    c2: f32,
+    legal: Option<&[bool]>,
+) -> usize {
+    let factor = exploration_factor(tree.visits(node), c1, c2);
+    let priors = tree.priors(node);
+    let children = tree.children(node);
+    let mut best = None;
+    let mut best_score = f32::NEG_INFINITY;
+    for (a, (&prior, &child)) in priors.iter().zip(children).enumerate() {
+        if legal.is_some_and(|m| !m[a]) {
+            continue;
+        }
+        let (q_term, child_visits) = match child {
+            super::tree::UNVISITED => (0.0, 0),
+            c => {
+                let c = c as usize;
+                (stats.normalize(tree.q(c, discount, sign)), tree.visits(c))
+            }
+        };
+        let score = q_term + prior * factor / (1.0 + child_visits as f32);
+        if best.is_none() || score > best_score {
+            best = Some(a);
+            best_score = score;
+        }
+    }
+    best.unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::search::tree::ROOT;
+
+    #[test]
+    fn formula_hand_checked() {
+        // N = 4: sqrt(4) * (1.25 + ln((4 + 19652 + 1) / 19652)) = 2 * (1.25 + ln(1.000254427))
+        let f = exploration_factor(4, 1.25, 19652.0);
+        let expected = 2.0 * (1.25 + (19657.0f64 / 19652.0).ln());
+        assert!((f64::from(f) - expected).abs() < 1e-5, "{f}");
+        // c2 = 1: ln((N + 2) / 1) matters. N = 9, c1 = 0: 3 * ln(11).
+        assert!((exploration_factor(9, 0.0, 1.0) - 3.0 * 11f32.ln()).abs() < 1e-5);
+        // 0.5 + 0.2 * 2 * (1.25 + ln(19657/19652)) / (1 + 1)
+        let s = puct_score(0.5, 0.2, 4, 1, 1.25, 19652.0);
+        let expected = 0.5 + 0.2 * expected / 2.0;
+        assert!((f64::from(s) - expected).abs() < 1e-5, "{s}");
+        assert_eq!(exploration_factor(0, 1.25, 19652.0), 0.0);
+    }
+
+    #[test]
+    fn selects_by_prior_value_and_mask() {
+        let mut t = Tree::new(4, 3);
+        // priors 0.2, 0.5, 0.3 (logits are ln of them)
+        let logits = [0.2f32.ln(), 0.5f32.ln(), 0.3f32.ln()];
+        t.init_root(&logits, &[true; 3], 0.0);
+        let stats = MinMaxStats::new();
+        assert_eq!(select_child(&t, ROOT, &stats, 1.0, 1.0, 1.25, 19652.0, None), 1);
+        let mask = [true, false, true];
+        assert_eq!(
+            select_child(&t, ROOT, &stats, 1.0, 1.0, 1.25, 19652.0, Some(&mask)),
+            2
+        );
+        // Expand action 2 with a high Q: Q = 1 + 0.5 * 2 = 2 -> normalised 1 (range [0, 2]).
+        t.add_child(1, ROOT, 2, &[0.0; 3], 2.0, 1.0, false);
+        t.record_visit(ROOT, 2.0);
+        let mut stats = MinMaxStats::new();
+        stats.update(0.0);
+        stats.update(t.q(1, 0.5, 1.0));
+        assert_eq!(stats.normalize(t.q(1, 0.5, 1.0)), 1.0);
+        // root N = 2: factor = sqrt2 * (1.25 + ln(19655/19652)) ~ 1.768
+        // a1: 0 + 0.5 * 1.768 = 0.884; a2: 1 + 0.3 * 1.768 / 2 = 1.265
+        assert_eq!(select_child(&t, ROOT, &stats, 0.5, 1.0, 1.25, 19652.0, None), 2);
+        // In a two-player game the same child is bad for the root player:
+        // Q = 1 - 0.5 * 2 = 0 -> normalised 0 in range [0, 2]: a1 wins.
+        let mut stats = MinMaxStats::new();
+        stats.update(0.0);
+        stats.update(2.0);
+        assert_eq!(select_child(&t, ROOT, &stats, 0.5, -1.0, 1.25, 19652.0, None), 1);
+    }
+
+    #[test]
+    fn ties_break_to_lowest_index_and_zero_priors_respect_mask() {
+        let mut t = Tree::new(2, 4);
+        t.init_root(&[0.0; 4], &[false, true, true, true], 0.0);
+        let stats = MinMaxStats::new();
+        assert_eq!(select_child(&t, ROOT, &stats, 1.0, 1.0, 1.25, 19652.0, None), 1);
+        // All priors zero: every score is 0; still never the illegal action 0.
+        t.priors_mut(ROOT).fill(0.0);
+        let mask = [false, true, true, true];
+        assert_eq!(
+            select_child(&t, ROOT, &stats, 1.0, 1.0, 1.25, 19652.0, Some(&mask)),
+            1
+        );
+        t.priors_mut(ROOT).fill(f32::NAN);
+        assert_eq!(
+            select_child(&t, ROOT, &stats, 1.0, 1.0, 1.25, 19652.0, Some(&mask)),
+            1
+        );
+    }
+}

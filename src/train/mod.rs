@@ -1,0 +1,8 @@
+//! Training: the unrolled loss, the optimizer, the learner step and the training run.
+
+pub mod learner;
+pub mod loss;
+pub mod optimizer;
+
+pub use learner::{Learner, LearnerConfig, TrainStats, ValueTarget};
+pub mod run;

@@ -1,0 +1,250 @@
+//! AdamW with a warm-up + cosine learning-rate schedule and global gradient-norm clipping.
+//!
+//! Written here rather than taken from `candle_nn::AdamW` because a checkpoint must hold the
+//! optimizer's moments and step count, which candle's AdamW keeps private.
+
+use std::collections::HashMap;
+
+use candle_core::backprop::GradStore;
+use candle_core::{Tensor, Var};
+
+use crate::network::NetworkError;
+
+/// AdamW hyperparameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdamWConfig {
+    pub learning_rate: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    /// Global L2 norm above which gradients are scaled down (0: off).
+    pub max_grad_norm: f64,
+}
+
+/// Linear warm-up to the peak, then cosine decay to `final_fraction` of it at `total_steps`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LrSchedule {
+    pub peak: f64,
+    pub warmup_steps: usize,
+    pub total_steps: usize,
+    pub final_fraction: f64,
+}
+
+impl LrSchedule {
+    pub fn at(&self, step: usize) -> f64 {
+        if step < self.warmup_steps {
+            return self.peak * (step + 1) as f64 / self.warmup_steps as f64;
+        }
+        if self.total_steps <= self.warmup_steps {
+            return self.peak;
+        }
+        let progress = ((step - self.warmup_steps) as f64
+            / (self.total_steps - self.warmup_steps) as f64)
+            .min(1.0);
+        let cosine = 0.5 * (1.0 + (std::f64::consts::PI * progress).cos());
+        self.peak * (self.final_fraction + (1.0 - self.final_fraction) * cosine)
+    }
+}
+
+/// AdamW over a fixed, ordered list of named parameters.
+pub struct AdamW {
+    config: AdamWConfig,
+    names: Vec<String>,
+    vars: Vec<Var>,
+    first_moments: Vec<Tensor>,
+    second_moments: Vec<Tensor>,
+    step: usize,
+}
+
+/// What one optimizer step did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepReport {
+    /// Global gradient norm before clipping.
+    pub grad_norm: f64,
+    pub learning_rate: f64,
+}
+
+impl AdamW {
+    pub fn new(named_vars: Vec<(String, Var)>, config: AdamWConfig) -> Result<Self, NetworkError> {
+        let mut names = Vec::new();
+        let mut vars = Vec::new();
+        let mut first_moments = Vec::new();
+        let mut second_moments = Vec::new();
+        for (name, var) in named_vars {
+            first_moments.push(var.zeros_like()?);
+            second_moments.push(var.zeros_like()?);
+            names.push(name);
+            vars.push(var);
+        }
+        Ok(Self {
+            config,
+            names,
+            vars,
+            first_moments,
+            second_moments,
+            step: 0,
+        })
+    }
+
+    /// Steps taken so far.
+    pub fn step_count(&self) -> usize {
+        self.step
+    }
+
+    /// Global L2 norm of the gradients of this optimizer's parameters (missing ones count 0).
+    pub fn grad_norm(&self, grads: &GradStore) -> Result<f64, NetworkError> {
+        let mut total = 0f64;
+        for var in &self.vars {
+            if let Some(g) = grads.get(var.as_tensor()) {
+                total += g
+                    .sqr()?
+                    .sum_all()?
+                    .to_dtype(candle_core::DType::F64)?
+                    .to_scalar::<f64>()?;
+            }
+        }
+        Ok(total.sqrt())
+    }
+
+    /// One update with `learning_rate`, clipping by the global norm first.
+    pub fn step(
+        &mut self,
+        grads: &GradStore,
+        learning_rate: f64,
+    ) -> Result<StepReport, NetworkError> {
+        let grad_norm = self.grad_norm(grads)?;
+        let clip = if self.config.max_grad_norm > 0.0 && grad_norm > self.config.max_grad_norm {
+            self.config.max_grad_norm / (grad_norm + 1e-6)
+        } else {
+            1.0
+        };
+        self.step += 1;
+        let c = &self.config;
+        let t = self.step as f64;
+        let bias1 = 1.0 - c.beta1.powf(t);
+        let bias2 = 1.0 - c.beta2.powf(t);
+        for ((var, m), v) in self
+            .vars
+            .iter()
+            .zip(&mut self.first_moments)
+            .zip(&mut self.second_moments)
+        {
+            let Some(g) = grads.get(var.as_tensor()) else {
+                continue;
+            };
+            let g = (g * clip)?;
+            *m = ((&*m * c.beta1)? + (&g * (1.0 - c.beta1))?)?;
+            *v = ((&*v * c.beta2)? + (g.sqr()? * (1.0 - c.beta2))?)?;
+            let m_hat = (&*m / bias1)?;
+            let v_hat = (&*v / bias2)?;
+            let decayed = (var.as_tensor() * (1.0 - learning_rate * c.weight_decay))?;
+            let update = (m_hat / (v_hat.sqrt()? + c.eps)?)?;
+            var.set(&(decayed - (update * learning_rate)?)?)?;
+        }
+        Ok(StepReport {
+            grad_norm,
+            learning_rate,
+        })
+    }
+
+    /// The optimizer state as named tensors (`m.<param>`, `v.<param>`) and the step count.
+    pub fn state(&self) -> (HashMap<String, Tensor>, usize) {
+        let mut map = HashMap::new();
+        for ((name, m), v) in self
+            .names
+            .iter()
+            .zip(&self.first_moments)
+            .zip(&self.second_moments)
+        {
+            map.insert(format!("m.{name}"), m.clone());
+            map.insert(format!("v.{name}"), v.clone());
+        }
+        (map, self.step)
+    }
+
+    /// Restore a state written by [`AdamW::state`]; every moment must be present with its shape.
+    pub fn load_state(
+        &mut self,
+        mut state: HashMap<String, Tensor>,
+        step: usize,
+    ) -> Result<(), NetworkError> {
+        for (i, name) in self.names.iter().enumerate() {
+            for (prefix, slot) in [
+                ("m", &mut self.first_moments[i]),
+                ("v", &mut self.second_moments[i]),
+            ] {
+                let key = format!("{prefix}.{name}");
+                let t = state
+                    .remove(&key)
+                    .ok_or_else(|| NetworkError::MissingParameter(key.clone()))?;
+                if t.dims() != slot.dims() {
+                    return Err(NetworkError::ParameterShape {
+                        name: key,
+                        expected: slot.dims().to_vec(),
+                        got: t.dims().to_vec(),
+                    });
+                }
+                *slot = t
+                    .to_dtype(candle_core::DType::F32)?
+                    .to_device(slot.device())?;
+            }
+        }
+        if let Some(extra) = state.keys().next() {
+            return Err(NetworkError::UnexpectedParameter(extra.clone()));
+        }
+        self.step = step;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_warms_up_then_decays_to_the_final_fraction() {
+        let s = LrSchedule {
+            peak: 1.0,
+            warmup_steps: 10,
+            total_steps: 110,
+            final_fraction: 0.1,
+        };
+        assert!((s.at(0) - 0.1).abs() < 1e-12);
+        assert!((s.at(9) - 1.0).abs() < 1e-12);
+        assert!((s.at(10) - 1.0).abs() < 1e-12);
+        assert!((s.at(60) - 0.55).abs() < 1e-9);
+        assert!((s.at(110) - 0.1).abs() < 1e-12);
+        assert!((s.at(1000) - 0.1).abs() < 1e-12);
+    }
+
+    #[test]
+    fn adamw_minimises_a_quadratic_and_clips() {
+        let dev = candle_core::Device::Cpu;
+        let x = Var::from_tensor(&Tensor::new(&[3f32, -2.0], &dev).unwrap()).unwrap();
+        let mut opt = AdamW::new(
+            vec![("x".into(), x.clone())],
+            AdamWConfig {
+                learning_rate: 0.1,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+                weight_decay: 0.0,
+                max_grad_norm: 1.0,
+            },
+        )
+        .unwrap();
+        for _ in 0..300 {
+            let loss = x.as_tensor().sqr().unwrap().sum_all().unwrap();
+            let grads = loss.backward().unwrap();
+            let report = opt.step(&grads, 0.1).unwrap();
+            assert!(report.grad_norm.is_finite());
+        }
+        let v = x.as_tensor().to_vec1::<f32>().unwrap();
+        assert!(v.iter().all(|x| x.abs() < 0.05), "{v:?}");
+        assert_eq!(opt.step_count(), 300);
+        let (state, step) = opt.state();
+        assert_eq!(step, 300);
+        assert!(state.contains_key("m.x") && state.contains_key("v.x"));
+    }
+}
