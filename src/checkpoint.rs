@@ -348,3 +348,159 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint, CheckpointError>
         dir,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::{GameHistory, ReplayConfig};
+
+    fn config() -> Config {
+        Config::default_config()
+    }
+
+    fn spec() -> NetworkSpec {
+        NetworkSpec {
+            observation_shape: vec![4],
+            num_actions: 2,
+            hidden_dim: 8,
+            latent_dim: 4,
+            num_blocks: 0,
+            value_support: crate::support::Support::symmetric(3),
+            reward_support: crate::support::Support::symmetric(1),
+        }
+    }
+
+    fn tensors(seed: f32) -> HashMap<String, Tensor> {
+        let mut map = HashMap::new();
+        map.insert(
+            "a.weight".to_string(),
+            Tensor::new(&[[seed, 2.0], [3.0, 4.0]], &Device::Cpu).unwrap(),
+        );
+        map.insert("a.bias".to_string(), Tensor::new(&[seed, -1.0], &Device::Cpu).unwrap());
+        map
+    }
+
+    fn replay() -> ReplayBuffer {
+        let mut r = ReplayBuffer::new(ReplayConfig {
+            capacity: 100,
+            num_unroll_steps: 2,
+            td_steps: 2,
+            discount: 0.9,
+            per_alpha: 1.0,
+            per_beta: 1.0,
+            per_epsilon: 1e-3,
+            two_player: false,
+        });
+        let mut g = GameHistory::new(4, 2, &[0.0; 4], 0);
+        g.push(1, 1.0, 0.5, &[0.3, 0.7], &[1.0; 4], 0);
+        g.push(0, 1.0, 0.4, &[0.6, 0.4], &[2.0; 4], 0);
+        g.finish(true, 0.0);
+        r.save_game(g).unwrap();
+        r
+    }
+
+    fn write(dir: &Path, steps: u64, replay: &ReplayBuffer) -> PathBuf {
+        let cfg = config();
+        let s = spec();
+        save(
+            dir,
+            &CheckpointData {
+                config: &cfg,
+                network: &s,
+                counters: Counters {
+                    env_steps: 10 * steps,
+                    training_steps: steps,
+                    episodes: 3,
+                    elapsed_seconds: 1.5,
+                    best_eval_return: Some(9.0),
+                },
+                model: tensors(steps as f32),
+                target: tensors(-1.0),
+                optimizer: tensors(0.5),
+                optimizer_step: steps as usize,
+                replay: Some(replay),
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn round_trip_restores_everything() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = replay();
+        let step_dir = write(dir.path(), 7, &r);
+        assert!(step_dir.ends_with("step-0000000007"));
+        let ckpt = load(dir.path(), &Device::Cpu).unwrap();
+        assert_eq!(ckpt.dir, step_dir);
+        assert_eq!(ckpt.metadata.counters.training_steps, 7);
+        assert_eq!(ckpt.metadata.counters.best_eval_return, Some(9.0));
+        assert_eq!(ckpt.metadata.network, spec());
+        assert_eq!(ckpt.metadata.config().unwrap(), config());
+        let w = ckpt.model["a.weight"].to_vec2::<f32>().unwrap();
+        assert_eq!(w, vec![vec![7.0, 2.0], vec![3.0, 4.0]]);
+        assert_eq!(ckpt.target["a.bias"].to_vec1::<f32>().unwrap(), vec![-1.0, -1.0]);
+        let back = ckpt.replay.unwrap();
+        assert_eq!(back.num_transitions(), r.num_transitions());
+        assert_eq!(back.games().next().unwrap().1, r.games().next().unwrap().1);
+    }
+
+    #[test]
+    fn latest_points_at_the_newest_and_old_ones_are_pruned() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = replay();
+        for s in [1, 2, 3, 4] {
+            write(dir.path(), s, &r);
+        }
+        let resolved = resolve(dir.path()).unwrap();
+        assert!(resolved.ends_with("step-0000000004"));
+        let steps: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("step-"))
+            .collect();
+        assert_eq!(steps.len(), KEEP);
+        // No temporary directories are left behind.
+        assert!(std::fs::read_dir(dir.path())
+            .unwrap()
+            .all(|e| !e.unwrap().file_name().to_string_lossy().starts_with(".tmp")));
+    }
+
+    #[test]
+    fn truncated_file_is_named_in_the_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let step_dir = write(dir.path(), 1, &replay());
+        let model = step_dir.join(MODEL);
+        let bytes = std::fs::read(&model).unwrap();
+        std::fs::write(&model, &bytes[..bytes.len() / 2]).unwrap();
+        let err = load(dir.path(), &Device::Cpu).err().unwrap().to_string();
+        assert!(err.contains("model.safetensors") && err.contains("truncated"), "{err}");
+    }
+
+    #[test]
+    fn flipped_byte_is_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        let step_dir = write(dir.path(), 1, &replay());
+        let path = step_dir.join(REPLAY);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0x01;
+        std::fs::write(&path, &bytes).unwrap();
+        let err = load(dir.path(), &Device::Cpu).err().unwrap().to_string();
+        assert!(err.contains("replay.json") && err.contains("CRC"), "{err}");
+    }
+
+    #[test]
+    fn corrupt_metadata_and_missing_checkpoint_are_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = load(dir.path(), &Device::Cpu).err().unwrap().to_string();
+        assert!(err.contains("no checkpoint"), "{err}");
+        let step_dir = write(dir.path(), 1, &replay());
+        std::fs::write(step_dir.join(METADATA), "{\"format_version\": 1, \"cumind").unwrap();
+        let err = load(dir.path(), &Device::Cpu).err().unwrap().to_string();
+        assert!(err.contains("metadata.json") && err.contains("not valid JSON"), "{err}");
+        std::fs::remove_file(step_dir.join(MODEL)).unwrap();
+        std::fs::write(step_dir.join(METADATA), "{\"format_version\": 99}").unwrap();
+        let err = load(dir.path(), &Device::Cpu).err().unwrap().to_string();
+        assert!(err.contains("format version 99"), "{err}");
+    }
+}

@@ -93,6 +93,7 @@ impl ConfigArgs {
         sets.extend(extra);
         let sources = ConfigSources {
             file: self.config.clone(),
+            text: None,
             env_vars: std::env::vars().collect(),
             sets,
         };
@@ -157,13 +158,25 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
     let config = match &args.resume {
         None => config_args.load_with(extra)?,
         Some(path) => {
-            let (_, meta) = checkpoint::load_metadata(path)?;
-            let mut config = meta.config()?;
-            // Device flags may change between segments; nothing else does.
-            if let Some(d) = &args.device {
-                config.device.device_type = d.clone();
+            if config_args.config.is_some() {
+                bail!("--config cannot be combined with --resume: a resumed run uses its stored configuration (change keys with --set)");
             }
-            config.validate().context("stored configuration")?;
+            let (dir, meta) = checkpoint::load_metadata(path)?;
+            let mut sets = config_args.sets.clone();
+            sets.extend(extra);
+            let sources = ConfigSources {
+                file: None,
+                text: Some((format!("the configuration stored in {}", dir.display()), meta.config.to_string())),
+                env_vars: std::env::vars().collect(),
+                sets,
+            };
+            let config = Config::load(&sources).context("invalid configuration")?;
+            let stored = meta.config()?;
+            if config.environment.env_name != stored.environment.env_name
+                || config.network_architecture != stored.network_architecture
+            {
+                bail!("a resumed run cannot change its environment or network architecture");
+            }
             config
         }
     };

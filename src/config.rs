@@ -246,6 +246,8 @@ pub struct Config {
 pub struct ConfigSources {
     /// The `--config` file.
     pub file: Option<std::path::PathBuf>,
+    /// A JSON layer given as text, applied after the file (a resumed run's stored configuration).
+    pub text: Option<(String, String)>,
     /// Environment variables (name, value); the binary passes `std::env::vars()`, tests their own.
     pub env_vars: Vec<(String, String)>,
     /// `--set section.key=value` flags, in order.
@@ -346,6 +348,9 @@ impl Config {
                 &normalised_json(&text, &origin)?,
                 FileFormat::Json,
             ));
+        }
+        if let Some((origin, text)) = &sources.text {
+            builder = builder.add_source(File::from_str(&normalised_json(text, origin)?, FileFormat::Json));
         }
         let env_map: std::collections::HashMap<String, String> = sources
             .env_vars
@@ -574,7 +579,7 @@ impl Config {
         let dev = &self.device;
         parse_device(&dev.device_type).map_err(|m| invalid("device.device_type", m))?;
         at_least("device.num_devices", dev.num_devices, 1)?;
-        if t.batch_size % dev.num_devices != 0 {
+        if !t.batch_size.is_multiple_of(dev.num_devices) {
             return Err(invalid(
                 "training.batch_size",
                 format!(

@@ -158,7 +158,7 @@ impl Actor {
                 } else {
                     truncated_games.push(game);
                 }
-                step.finished_episodes.push(stats.clone());
+                step.finished_episodes.push(*stats);
             }
         }
         if !truncated_games.is_empty() {
@@ -251,7 +251,7 @@ pub fn evaluate(
             if done[i].is_none() {
                 env_steps += 1;
                 if let Some(stats) = finished {
-                    done[i] = Some(stats.clone());
+                    done[i] = Some(*stats);
                 }
             }
         }

@@ -151,7 +151,7 @@ impl MuZeroNetwork {
     /// `observations`: `[B * obs_len]` -> `[B, obs_len]`.
     pub fn observation_tensor(&self, observations: &[f32]) -> Result<Tensor, NetworkError> {
         let per = self.spec.obs_len();
-        if per == 0 || observations.len() % per != 0 {
+        if per == 0 || !observations.len().is_multiple_of(per) {
             return Err(NetworkError::ObservationShape {
                 got: observations.len(),
                 per_observation: per,

@@ -72,7 +72,7 @@ impl Params {
 /// Where a [`ParamBuilder`] takes values from.
 enum Source {
     /// Fresh values from a seeded RNG.
-    Random(rand::rngs::StdRng),
+    Random(Box<rand::rngs::StdRng>),
     /// Existing values (a checkpoint, another network).
     Tensors(HashMap<String, Tensor>),
 }
@@ -92,7 +92,7 @@ impl ParamBuilder {
             prefix: Vec::new(),
             vars: BTreeMap::new(),
             device: device.clone(),
-            source: Source::Random(rand::rngs::StdRng::seed_from_u64(seed)),
+            source: Source::Random(Box::new(rand::rngs::StdRng::seed_from_u64(seed))),
         }
     }
 

@@ -23,7 +23,7 @@
 use rand::Rng;
 use rand_distr::{Distribution, Gumbel};
 
-use super::tree::{Tree, UNVISITED};
+use super::tree::Tree;
 
 /// Default number of root actions Sequential Halving starts from.
 pub const DEFAULT_MAX_CONSIDERED_ACTIONS: usize = 16;
@@ -88,19 +88,18 @@ pub fn sample_gumbel<R: Rng + ?Sized>(rng: &mut R, out: &mut [f32]) {
 }
 
 /// Completed Q-values of the children of `node` (see the module docs) written into `out`.
-pub fn completed_q(tree: &Tree, node: usize, discount: f32, sign: f32, out: &mut [f32]) {
+/// Q-values are the edge statistics backed up by [`Tree::backup`].
+pub fn completed_q(tree: &Tree, node: usize, out: &mut [f32]) {
     let priors = tree.priors(node);
-    let children = tree.children(node);
+    let visits = tree.children_visits(node);
+    let qs = tree.children_q(node);
     let (mut total_visits, mut prob_sum, mut weighted) = (0u32, 0.0f32, 0.0f32);
-    for (a, (&child, &prior)) in children.iter().zip(priors).enumerate() {
-        if child != UNVISITED {
-            let c = child as usize;
-            let q = tree.q(c, discount, sign);
-            out[a] = q;
-            let p = prior.max(f32::MIN_POSITIVE);
-            total_visits += tree.visits(c);
+    for a in 0..out.len() {
+        if visits[a] > 0 {
+            let p = priors[a].max(f32::MIN_POSITIVE);
+            total_visits += visits[a];
             prob_sum += p;
-            weighted += p * q;
+            weighted += p * qs[a];
         }
     }
     let mixed = if total_visits == 0 {
@@ -109,10 +108,8 @@ pub fn completed_q(tree: &Tree, node: usize, discount: f32, sign: f32, out: &mut
         let n = total_visits as f32;
         (tree.raw_value(node) + n * weighted / prob_sum) / (n + 1.0)
     };
-    for (o, &child) in out.iter_mut().zip(children) {
-        if child == UNVISITED {
-            *o = mixed;
-        }
+    for (a, o) in out.iter_mut().enumerate() {
+        *o = if visits[a] > 0 { qs[a] } else { mixed };
     }
 }
 
@@ -122,19 +119,18 @@ pub fn completed_q(tree: &Tree, node: usize, discount: f32, sign: f32, out: &mut
 pub fn sigma_completed_q(
     tree: &Tree,
     node: usize,
-    discount: f32,
-    sign: f32,
     params: SigmaParams,
     mask: Option<&[bool]>,
     out: &mut [f32],
 ) {
-    completed_q(tree, node, discount, sign, out);
+    completed_q(tree, node, out);
+    let visits = tree.children_visits(node);
     let (mut lo, mut hi, mut max_visits) = (f32::INFINITY, f32::NEG_INFINITY, 0u32);
     for (a, &q) in out.iter().enumerate() {
         if mask.is_none_or(|m| m[a]) {
             lo = lo.min(q);
             hi = hi.max(q);
-            max_visits = max_visits.max(tree.child_visits(node, a));
+            max_visits = max_visits.max(visits[a]);
         }
     }
     let scale = (params.c_visit + max_visits as f32) * params.c_scale;
@@ -157,13 +153,12 @@ pub fn select_root_action(
     gumbel: &[f32],
     considered_visit: u32,
     legal: &[bool],
-    discount: f32,
-    sign: f32,
     params: SigmaParams,
     scratch: &mut [f32],
 ) -> usize {
-    sigma_completed_q(tree, node, discount, sign, params, Some(legal), scratch);
+    sigma_completed_q(tree, node, params, Some(legal), scratch);
     let log_priors = tree.log_priors(node);
+    let visits = tree.children_visits(node);
     let mut best_considered: Option<(usize, f32)> = None;
     let mut best_any: Option<(usize, f32)> = None;
     for a in 0..legal.len() {
@@ -175,7 +170,7 @@ pub fn select_root_action(
         if better(best_any) {
             best_any = Some((a, score));
         }
-        if tree.child_visits(node, a) == considered_visit && better(best_considered) {
+        if visits[a] == considered_visit && better(best_considered) {
             best_considered = Some((a, score));
         }
     }
@@ -223,13 +218,11 @@ pub fn softmax_in_place(values: &mut [f32], mask: Option<&[bool]>) {
 pub fn improved_policy(
     tree: &Tree,
     node: usize,
-    discount: f32,
-    sign: f32,
     params: SigmaParams,
     mask: Option<&[bool]>,
     out: &mut [f32],
 ) {
-    sigma_completed_q(tree, node, discount, sign, params, mask, out);
+    sigma_completed_q(tree, node, params, mask, out);
     for (o, &lp) in out.iter_mut().zip(tree.log_priors(node)) {
         *o += lp;
     }
@@ -240,20 +233,17 @@ pub fn improved_policy(
 pub fn select_interior_action(
     tree: &Tree,
     node: usize,
-    discount: f32,
-    sign: f32,
     params: SigmaParams,
     scratch: &mut [f32],
 ) -> usize {
-    improved_policy(tree, node, discount, sign, params, None, scratch);
-    let total: u32 = (0..scratch.len())
-        .map(|a| tree.child_visits(node, a))
-        .sum();
+    improved_policy(tree, node, params, None, scratch);
+    let visits = tree.children_visits(node);
+    let total: u32 = visits.iter().sum();
     let inv = 1.0 / (1.0 + total as f32);
     let mut best = 0;
     let mut best_score = f32::NEG_INFINITY;
     for (a, &p) in scratch.iter().enumerate() {
-        let score = p - tree.child_visits(node, a) as f32 * inv;
+        let score = p - visits[a] as f32 * inv;
         if score > best_score {
             best = a;
             best_score = score;
@@ -270,7 +260,10 @@ mod tests {
     #[test]
     fn schedule_matches_sequential_halving() {
         // 4 actions, 8 simulations: one visit each, then 2 more for each of the best two.
-        assert_eq!(considered_visit_sequence(4, 8), vec![0, 0, 0, 0, 1, 1, 2, 2]);
+        assert_eq!(
+            considered_visit_sequence(4, 8),
+            vec![0, 0, 0, 0, 1, 1, 2, 2]
+        );
         assert_eq!(considered_visit_sequence(4, 4), vec![0, 0, 0, 0]);
         assert_eq!(considered_visit_sequence(1, 4), vec![0, 1, 2, 3]);
         // 2 actions (1 phase), 6 simulations: 3 rounds of 2.
@@ -287,14 +280,19 @@ mod tests {
     }
 
     fn tree_with_two_children() -> Tree {
-        // Root: priors 0.5/0.25/0.25, raw value 1. Child a0: reward 1, value 2 (Q = 1 + 0.5 * 2
-        // = 2); child a1: reward 0, value -2 with one extra visit of -4 -> value -3, Q = -1.5.
+        // Discount 0.5. Root: priors 0.5/0.25/0.25, raw value 1. Child a0: reward 1, value 2
+        // (Q = 1 + 0.5 * 2 = 2); child a1: reward 0, value -2, plus a grandchild returning
+        // -4 + 0.5 * 0 = -4 -> value (-2 - 4) / 2 = -3, Q = -1.5.
         let mut t = Tree::new(4, 3);
         let logits = [0.5f32.ln(), 0.25f32.ln(), 0.25f32.ln()];
         t.init_root(&logits, &[true; 3], 1.0);
         t.add_child(1, ROOT, 0, &[0.0; 3], 2.0, 1.0, false);
+        t.backup(1, 0.5, 1.0, |_| {});
         t.add_child(2, ROOT, 1, &[0.0; 3], -2.0, 0.0, false);
-        t.record_visit(2, -4.0);
+        t.backup(2, 0.5, 1.0, |_| {});
+        t.add_child(3, 2, 0, &[0.0; 3], 0.0, -4.0, false);
+        t.backup(3, 0.5, 1.0, |_| {});
+        assert_eq!(t.children_visits(ROOT), &[1, 2, 0]);
         t
     }
 
@@ -302,7 +300,7 @@ mod tests {
     fn completed_q_uses_mixed_value() {
         let t = tree_with_two_children();
         let mut q = [0.0f32; 3];
-        completed_q(&t, ROOT, 0.5, 1.0, &mut q);
+        completed_q(&t, ROOT, &mut q);
         assert_eq!(q[0], 2.0);
         assert_eq!(q[1], -1.5);
         // visits 1 and 2 (sum 3); weighted Q = (0.5 * 2 + 0.25 * -1.5) / 0.75 = 0.8333;
@@ -310,22 +308,22 @@ mod tests {
         assert!((q[2] - 0.875).abs() < 1e-5, "{q:?}");
         // sigma: rescale over [-1.5, 2] and scale by (50 + 2) * 1.
         let mut s = [0.0f32; 3];
-        sigma_completed_q(&t, ROOT, 0.5, 1.0, SigmaParams::default(), None, &mut s);
+        sigma_completed_q(&t, ROOT, SigmaParams::default(), None, &mut s);
         assert!((s[0] - 52.0).abs() < 1e-4);
         assert_eq!(s[1], 0.0);
         assert!((s[2] - 52.0 * (0.875 + 1.5) / 3.5).abs() < 1e-3, "{s:?}");
         // Improved policy puts almost everything on a0.
         let mut pi = [0.0f32; 3];
-        improved_policy(&t, ROOT, 0.5, 1.0, SigmaParams::default(), None, &mut pi);
+        improved_policy(&t, ROOT, SigmaParams::default(), None, &mut pi);
         assert!((pi.iter().sum::<f32>() - 1.0).abs() < 1e-6);
         assert!(pi[0] > 0.99, "{pi:?}");
         // With a mask, the illegal action gets 0 and is excluded from the rescaling.
         let mask = [true, true, false];
-        improved_policy(&t, ROOT, 0.5, 1.0, SigmaParams::default(), Some(&mask), &mut pi);
+        improved_policy(&t, ROOT, SigmaParams::default(), Some(&mask), &mut pi);
         assert_eq!(pi[2], 0.0);
         // Interior rule: pi'(a0) - 1/4 vs pi'(a1) - 2/4 vs pi'(a2) - 0.
         let mut scratch = [0.0f32; 3];
-        let a = select_interior_action(&t, ROOT, 0.5, 1.0, SigmaParams::default(), &mut scratch);
+        let a = select_interior_action(&t, ROOT, SigmaParams::default(), &mut scratch);
         assert_eq!(a, 0);
     }
 
@@ -336,21 +334,21 @@ mod tests {
         let mut scratch = [0.0f32; 3];
         let p = SigmaParams::default();
         // considered visit 0: only a2 is unvisited.
-        let a = select_root_action(&t, ROOT, &g, 0, &[true; 3], 0.5, 1.0, p, &mut scratch);
+        let a = select_root_action(&t, ROOT, &g, 0, &[true; 3], p, &mut scratch);
         assert_eq!(a, 2);
         // considered visit 1: only a0.
-        let a = select_root_action(&t, ROOT, &g, 1, &[true; 3], 0.5, 1.0, p, &mut scratch);
+        let a = select_root_action(&t, ROOT, &g, 1, &[true; 3], p, &mut scratch);
         assert_eq!(a, 0);
         // considered visit 2: a1, even though a0 scores higher.
-        let a = select_root_action(&t, ROOT, &g, 2, &[true; 3], 0.5, 1.0, p, &mut scratch);
+        let a = select_root_action(&t, ROOT, &g, 2, &[true; 3], p, &mut scratch);
         assert_eq!(a, 1);
         // a1 illegal and nobody else has 2 visits: fall back to the best legal child, a0.
         let mask = [true, false, true];
-        let a = select_root_action(&t, ROOT, &g, 2, &mask, 0.5, 1.0, p, &mut scratch);
+        let a = select_root_action(&t, ROOT, &g, 2, &mask, p, &mut scratch);
         assert_eq!(a, 0);
         // Huge Gumbel noise on a2 wins among the unvisited... and the mask still holds.
         let g = [0.0, 1e6, 0.0];
-        let a = select_root_action(&t, ROOT, &g, 5, &mask, 0.5, 1.0, p, &mut scratch);
+        let a = select_root_action(&t, ROOT, &g, 5, &mask, p, &mut scratch);
         assert_ne!(a, 1);
     }
 

@@ -311,9 +311,7 @@ impl TreeState {
 
     /// Descend from the root to an unexpanded child: `(parent node, action)`.
     fn select_leaf(&mut self, rules: &Rules<'_>, simulation: usize) -> (usize, usize) {
-        let Rules {
-            discount, sign, c1, c2, ..
-        } = *rules;
+        let (c1, c2) = (rules.c1, rules.c2);
         let mut node = ROOT;
         loop {
             let action = match (rules.gumbel, node == ROOT) {
@@ -321,8 +319,6 @@ impl TreeState {
                     &self.tree,
                     node,
                     &self.stats,
-                    discount,
-                    sign,
                     c1,
                     c2,
                     root.then_some(self.legal.as_slice()),
@@ -333,19 +329,12 @@ impl TreeState {
                     &self.gumbel,
                     rules.schedules[self.num_considered][simulation],
                     &self.legal,
-                    discount,
-                    sign,
                     params,
                     &mut self.scratch,
                 ),
-                (Some(params), false) => gumbel::select_interior_action(
-                    &self.tree,
-                    node,
-                    discount,
-                    sign,
-                    params,
-                    &mut self.scratch,
-                ),
+                (Some(params), false) => {
+                    gumbel::select_interior_action(&self.tree, node, params, &mut self.scratch)
+                }
             };
             match self.tree.child(node, action) {
                 Some(child) => node = child,
@@ -366,22 +355,19 @@ impl TreeState {
         value: f32,
         reward: f32,
     ) {
-        let tree = &mut self.tree;
-        let depth = tree.add_child(node, parent, action, logits, value, reward, rules.two_player);
+        let depth = self.tree.add_child(
+            node,
+            parent,
+            action,
+            logits,
+            value,
+            reward,
+            rules.two_player,
+        );
         self.max_depth = self.max_depth.max(depth);
-        let (discount, sign) = (rules.discount, rules.sign);
-        let mut child = node;
-        let mut ret = value;
-        loop {
-            self.stats.update(tree.q(child, discount, sign));
-            let parent = tree.parent(child) as usize;
-            ret = tree.reward(child) + discount * sign * ret;
-            tree.record_visit(parent, ret);
-            if parent == ROOT {
-                break;
-            }
-            child = parent;
-        }
+        let stats = &mut self.stats;
+        self.tree
+            .backup(node, rules.discount, rules.sign, |q| stats.update(q));
     }
 }
 
@@ -437,8 +423,7 @@ impl Searcher {
         if batch == 0 {
             return Ok(SearchOutput {
                 num_actions,
-                gumbel_actions: matches!(config.policy, SearchPolicy::Gumbel { .. })
-                    .then(Vec::new),
+                gumbel_actions: matches!(config.policy, SearchPolicy::Gumbel { .. }).then(Vec::new),
                 ..SearchOutput::default()
             });
         }
@@ -453,7 +438,15 @@ impl Searcher {
                 c_visit, c_scale, ..
             } => Some(SigmaParams { c_visit, c_scale }),
         };
-        self.prepare_roots(config, &root, batch, num_actions, legal_masks, add_noise, rng);
+        self.prepare_roots(
+            config,
+            &root,
+            batch,
+            num_actions,
+            legal_masks,
+            add_noise,
+            rng,
+        );
 
         let rules = Rules {
             discount: config.discount,
@@ -588,7 +581,11 @@ fn check_prediction(
     rewards: bool,
 ) -> Result<(), SearchError> {
     let fields = [
-        ("policy_logits", pred.policy_logits.len(), batch * num_actions),
+        (
+            "policy_logits",
+            pred.policy_logits.len(),
+            batch * num_actions,
+        ),
         ("values", pred.values.len(), batch),
         ("rewards", pred.rewards.len(), batch),
     ];
@@ -606,11 +603,7 @@ fn check_prediction(
     Ok(())
 }
 
-fn collect_output(
-    trees: &mut [TreeState],
-    rules: &Rules<'_>,
-    num_actions: usize,
-) -> SearchOutput {
+fn collect_output(trees: &mut [TreeState], rules: &Rules<'_>, num_actions: usize) -> SearchOutput {
     let batch = trees.len();
     let mut out = SearchOutput {
         batch,
@@ -628,13 +621,8 @@ fn collect_output(
         out.root_values.push(tree.value(ROOT));
         out.max_depth = out.max_depth.max(ts.max_depth);
         let visits = &mut out.visit_counts[row.clone()];
-        let q = &mut out.root_q[row.clone()];
-        for a in 0..num_actions {
-            if let Some(c) = tree.child(ROOT, a) {
-                visits[a] = tree.visits(c);
-                q[a] = tree.q(c, rules.discount, rules.sign);
-            }
-        }
+        visits.copy_from_slice(tree.children_visits(ROOT));
+        out.root_q[row.clone()].copy_from_slice(tree.children_q(ROOT));
         let targets = &mut out.policy_targets[row];
         match rules.gumbel {
             None => {
@@ -645,15 +633,7 @@ fn collect_output(
                 }
             }
             Some(params) => {
-                gumbel::improved_policy(
-                    tree,
-                    ROOT,
-                    rules.discount,
-                    rules.sign,
-                    params,
-                    Some(&ts.legal),
-                    targets,
-                );
+                gumbel::improved_policy(tree, ROOT, params, Some(&ts.legal), targets);
                 let most = visits
                     .iter()
                     .zip(&ts.legal)
@@ -667,8 +647,6 @@ fn collect_output(
                     &ts.gumbel,
                     most,
                     &ts.legal,
-                    rules.discount,
-                    rules.sign,
                     params,
                     &mut ts.scratch,
                 );

@@ -86,6 +86,9 @@ mod tests {
         let mut scratch = [0.0; 2];
         add_dirichlet_noise(&mut priors, &legal, 1e-30, 1.0, &mut rng, &mut scratch);
         assert!(priors.iter().all(|p| p.is_finite()));
-        assert!((priors.iter().sum::<f32>() - 1.0).abs() < 1e-5, "{priors:?}");
+        assert!(
+            (priors.iter().sum::<f32>() - 1.0).abs() < 1e-5,
+            "{priors:?}"
+        );
     }
 }

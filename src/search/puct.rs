@@ -41,36 +41,30 @@ pub fn puct_score(
 
 /// The child of `node` with the highest pUCT score, among the `legal` actions when given.
 ///
-/// Ties (and NaN scores) resolve to the lowest allowed action index. Returns 0 if no action is
-/// allowed (callers guarantee at least one).
-#[allow(clippy::too_many_arguments)]
+/// Reads the edge statistics of `node`'s row (`Q` as backed up by [`Tree::backup`], with the
+/// search's discount and sign). Ties (and NaN scores) resolve to the lowest allowed action
+/// index. Returns 0 if no action is allowed (callers guarantee at least one).
 pub fn select_child(
     tree: &Tree,
     node: usize,
     stats: &MinMaxStats,
-    discount: f32,
-    sign: f32,
     c1: f32,
     c2: f32,
     legal: Option<&[bool]>,
 ) -> usize {
     let factor = exploration_factor(tree.visits(node), c1, c2);
     let priors = tree.priors(node);
-    let children = tree.children(node);
+    let visits = tree.children_visits(node);
+    let qs = tree.children_q(node);
     let mut best = None;
     let mut best_score = f32::NEG_INFINITY;
-    for (a, (&prior, &child)) in priors.iter().zip(children).enumerate() {
+    for a in 0..priors.len() {
         if legal.is_some_and(|m| !m[a]) {
             continue;
         }
-        let (q_term, child_visits) = match child {
-            super::tree::UNVISITED => (0.0, 0),
-            c => {
-                let c = c as usize;
-                (stats.normalize(tree.q(c, discount, sign)), tree.visits(c))
-            }
-        };
-        let score = q_term + prior * factor / (1.0 + child_visits as f32);
+        let n = visits[a];
+        let q_term = if n > 0 { stats.normalize(qs[a]) } else { 0.0 };
+        let score = q_term + priors[a] * factor / (1.0 + n as f32);
         if best.is_none() || score > best_score {
             best = Some(a);
             best_score = score;
@@ -99,35 +93,48 @@ mod tests {
         assert_eq!(exploration_factor(0, 1.25, 19652.0), 0.0);
     }
 
+    /// Root with priors 0.2 / 0.5 / 0.3 and one expanded child through action 2 (reward 1,
+    /// value 2), backed up with discount 0.5 and the given sign.
+    fn tree_with_one_child(sign: f32) -> Tree {
+        let mut t = Tree::new(4, 3);
+        let logits = [0.2f32.ln(), 0.5f32.ln(), 0.3f32.ln()];
+        t.init_root(&logits, &[true; 3], 0.0);
+        t.add_child(1, ROOT, 2, &[0.0; 3], 2.0, 1.0, sign < 0.0);
+        t.backup(1, 0.5, sign, |_| {});
+        t
+    }
+
     #[test]
     fn selects_by_prior_value_and_mask() {
         let mut t = Tree::new(4, 3);
-        // priors 0.2, 0.5, 0.3 (logits are ln of them)
-        let logits = [0.2f32.ln(), 0.5f32.ln(), 0.3f32.ln()];
-        t.init_root(&logits, &[true; 3], 0.0);
+        t.init_root(&[0.2f32.ln(), 0.5f32.ln(), 0.3f32.ln()], &[true; 3], 0.0);
         let stats = MinMaxStats::new();
-        assert_eq!(select_child(&t, ROOT, &stats, 1.0, 1.0, 1.25, 19652.0, None), 1);
+        assert_eq!(select_child(&t, ROOT, &stats, 1.25, 19652.0, None), 1);
         let mask = [true, false, true];
         assert_eq!(
-            select_child(&t, ROOT, &stats, 1.0, 1.0, 1.25, 19652.0, Some(&mask)),
+            select_child(&t, ROOT, &stats, 1.25, 19652.0, Some(&mask)),
             2
         );
-        // Expand action 2 with a high Q: Q = 1 + 0.5 * 2 = 2 -> normalised 1 (range [0, 2]).
-        t.add_child(1, ROOT, 2, &[0.0; 3], 2.0, 1.0, false);
-        t.record_visit(ROOT, 2.0);
-        let mut stats = MinMaxStats::new();
-        stats.update(0.0);
-        stats.update(t.q(1, 0.5, 1.0));
-        assert_eq!(stats.normalize(t.q(1, 0.5, 1.0)), 1.0);
-        // root N = 2: factor = sqrt2 * (1.25 + ln(19655/19652)) ~ 1.768
-        // a1: 0 + 0.5 * 1.768 = 0.884; a2: 1 + 0.3 * 1.768 / 2 = 1.265
-        assert_eq!(select_child(&t, ROOT, &stats, 0.5, 1.0, 1.25, 19652.0, None), 2);
-        // In a two-player game the same child is bad for the root player:
-        // Q = 1 - 0.5 * 2 = 0 -> normalised 0 in range [0, 2]: a1 wins.
+
+        // One player: Q = 1 + 0.5 * 2 = 2 -> normalised 1 in the range [0, 2].
+        let t = tree_with_one_child(1.0);
+        assert_eq!(t.children_q(ROOT)[2], 2.0);
         let mut stats = MinMaxStats::new();
         stats.update(0.0);
         stats.update(2.0);
-        assert_eq!(select_child(&t, ROOT, &stats, 0.5, -1.0, 1.25, 19652.0, None), 1);
+        // root N = 2: factor = sqrt2 * (1.25 + ln(19655/19652)) ~ 1.768
+        // a0: 0.2 * 1.768 = 0.354; a1: 0.5 * 1.768 = 0.884; a2: 1 + 0.3 * 1.768 / 2 = 1.265
+        assert_eq!(select_child(&t, ROOT, &stats, 1.25, 19652.0, None), 2);
+        // Two players: the same child is bad for the root player, Q = 1 - 0.5 * 2 = 0 ->
+        // normalised 0: a2 scores 0.265 and a1 wins.
+        let t = tree_with_one_child(-1.0);
+        assert_eq!(t.children_q(ROOT)[2], 0.0);
+        assert_eq!(select_child(&t, ROOT, &stats, 1.25, 19652.0, None), 1);
+        // With a single value seen, Q is used unnormalised (2 here): a2 wins again.
+        let t = tree_with_one_child(1.0);
+        let mut stats = MinMaxStats::new();
+        stats.update(2.0);
+        assert_eq!(select_child(&t, ROOT, &stats, 1.25, 19652.0, None), 2);
     }
 
     #[test]
@@ -135,17 +142,17 @@ mod tests {
         let mut t = Tree::new(2, 4);
         t.init_root(&[0.0; 4], &[false, true, true, true], 0.0);
         let stats = MinMaxStats::new();
-        assert_eq!(select_child(&t, ROOT, &stats, 1.0, 1.0, 1.25, 19652.0, None), 1);
+        assert_eq!(select_child(&t, ROOT, &stats, 1.25, 19652.0, None), 1);
         // All priors zero: every score is 0; still never the illegal action 0.
         t.priors_mut(ROOT).fill(0.0);
         let mask = [false, true, true, true];
         assert_eq!(
-            select_child(&t, ROOT, &stats, 1.0, 1.0, 1.25, 19652.0, Some(&mask)),
+            select_child(&t, ROOT, &stats, 1.25, 19652.0, Some(&mask)),
             1
         );
         t.priors_mut(ROOT).fill(f32::NAN);
         assert_eq!(
-            select_child(&t, ROOT, &stats, 1.0, 1.0, 1.25, 19652.0, Some(&mask)),
+            select_child(&t, ROOT, &stats, 1.25, 19652.0, Some(&mask)),
             1
         );
     }

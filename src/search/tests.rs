@@ -103,14 +103,19 @@ fn puct_finds_the_bandit_arm() {
     let mut model = Bandit::new(4, 2);
     let mut rng = StdRng::seed_from_u64(0);
     let config = puct_config(50, 0.9);
-    let out = run_search(&mut model, &config, &[0.0; 2], 2, &[true; 8], false, &mut rng).unwrap();
+    let out = run_search(
+        &mut model, &config, &[0.0; 2], 2, &[true; 8], false, &mut rng,
+    )
+    .unwrap();
     assert_eq!(model.initial_calls, 1);
     assert_eq!(model.recurrent_calls, 50);
     assert_eq!(model.capacity, 51);
     for b in 0..2 {
         let visits = out.visit_counts_of(b);
         assert_eq!(visits.iter().sum::<u32>(), 50);
-        let most = (0..4).max_by_key(|&a| (visits[a], std::cmp::Reverse(a))).unwrap();
+        let most = (0..4)
+            .max_by_key(|&a| (visits[a], std::cmp::Reverse(a)))
+            .unwrap();
         assert_eq!(most, 2, "{visits:?}");
         assert!(visits[2] >= 35, "{visits:?}");
         // Root value: (0 + sum of returns) / 51, each return 1 through arm 2, else 0.
@@ -133,14 +138,21 @@ fn gumbel_finds_the_bandit_arm_with_four_simulations() {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut model = Bandit::new(4, 2);
         let config = gumbel_config(4, 0.9);
-        let out =
-            run_search(&mut model, &config, &[0.0; 3], 3, &[true; 12], true, &mut rng).unwrap();
+        let out = run_search(
+            &mut model,
+            &config,
+            &[0.0; 3],
+            3,
+            &[true; 12],
+            true,
+            &mut rng,
+        )
+        .unwrap();
         assert_eq!(model.recurrent_calls, 4);
-        let actions = out.gumbel_actions.as_ref().unwrap();
+        assert_eq!(out.gumbel_actions, Some(vec![2; 3]), "seed {seed}");
         for b in 0..3 {
             // Sequential Halving with 4 actions and 4 simulations visits each arm once.
             assert_eq!(out.visit_counts_of(b), &[1, 1, 1, 1]);
-            assert_eq!(actions[b], 2, "seed {seed}");
             let target = out.policy_target_of(b);
             assert!(target[2] > 0.99, "{target:?}");
             assert!((target.iter().sum::<f32>() - 1.0).abs() < 1e-5);
@@ -150,9 +162,16 @@ fn gumbel_finds_the_bandit_arm_with_four_simulations() {
     // Without noise (evaluation) too.
     let mut model = Bandit::new(4, 2);
     let mut rng = StdRng::seed_from_u64(0);
-    let out =
-        run_search(&mut model, &gumbel_config(4, 0.9), &[0.0], 1, &[true; 4], false, &mut rng)
-            .unwrap();
+    let out = run_search(
+        &mut model,
+        &gumbel_config(4, 0.9),
+        &[0.0],
+        1,
+        &[true; 4],
+        false,
+        &mut rng,
+    )
+    .unwrap();
     assert_eq!(out.gumbel_actions, Some(vec![2]));
 }
 
@@ -161,12 +180,22 @@ fn gumbel_concentrates_visits_on_the_arm_with_more_simulations() {
     // 8 arms, 16 considered (-> 8), 40 simulations: the best arm survives every halving.
     let mut model = Bandit::new(8, 5);
     let mut rng = StdRng::seed_from_u64(11);
-    let out =
-        run_search(&mut model, &gumbel_config(40, 1.0), &[0.0], 1, &[true; 8], true, &mut rng)
-            .unwrap();
+    let out = run_search(
+        &mut model,
+        &gumbel_config(40, 1.0),
+        &[0.0],
+        1,
+        &[true; 8],
+        true,
+        &mut rng,
+    )
+    .unwrap();
     let visits = out.visit_counts_of(0);
     assert_eq!(visits.iter().sum::<u32>(), 40);
-    assert_eq!(visits.iter().enumerate().max_by_key(|(_, &n)| n).unwrap().0, 5);
+    assert_eq!(
+        visits.iter().enumerate().max_by_key(|(_, &n)| n).unwrap().0,
+        5
+    );
     assert_eq!(out.gumbel_actions, Some(vec![5]));
 }
 
@@ -220,10 +249,22 @@ fn backup_with_discount_hand_computed() {
     // v(node 1) = (10 + 20 + 29) / 3, Q(root, 0) = 1 + 0.9 * 59 / 3 = 18.7
     for config in [puct_config(3, 0.9), gumbel_config(3, 0.9)] {
         let mut rng = StdRng::seed_from_u64(0);
-        let out = run_search(&mut Chain { batch: 0 }, &config, &[], 2, &[true; 2], true, &mut rng)
-            .unwrap();
+        let out = run_search(
+            &mut Chain { batch: 0 },
+            &config,
+            &[],
+            2,
+            &[true; 2],
+            true,
+            &mut rng,
+        )
+        .unwrap();
         for b in 0..2 {
-            assert!((out.root_values[b] - 14.15).abs() < 1e-4, "{:?}", out.root_values);
+            assert!(
+                (out.root_values[b] - 14.15).abs() < 1e-4,
+                "{:?}",
+                out.root_values
+            );
             assert!((out.root_q[b] - 18.7).abs() < 1e-4, "{:?}", out.root_q);
             assert_eq!(out.visit_counts[b], 3);
             assert_eq!(out.policy_targets[b], 1.0);
@@ -247,9 +288,21 @@ fn backup_two_player_hand_computed() {
             ..puct_config(3, 0.9)
         };
         let mut rng = StdRng::seed_from_u64(0);
-        let out = run_search(&mut Chain { batch: 0 }, &config, &[], 1, &[true], false, &mut rng)
-            .unwrap();
-        assert!((out.root_values[0] + 3.085).abs() < 1e-4, "{:?}", out.root_values);
+        let out = run_search(
+            &mut Chain { batch: 0 },
+            &config,
+            &[],
+            1,
+            &[true],
+            false,
+            &mut rng,
+        )
+        .unwrap();
+        assert!(
+            (out.root_values[0] + 3.085).abs() < 1e-4,
+            "{:?}",
+            out.root_values
+        );
         assert!((out.root_q[0] + 4.28).abs() < 1e-4, "{:?}", out.root_q);
     }
 }
@@ -346,7 +399,11 @@ fn two_player_sign_changes_the_preferred_action() {
                 Some(actions) => {
                     assert_eq!(v, &[15, 15]);
                     assert_eq!(actions[0], good);
-                    assert!(out.policy_target_of(0)[good] > 0.9, "{:?}", out.policy_targets);
+                    assert!(
+                        out.policy_target_of(0)[good] > 0.9,
+                        "{:?}",
+                        out.policy_targets
+                    );
                 }
                 None => assert!(v[good] > 2 * v[bad], "{v:?}"),
             }
@@ -396,7 +453,11 @@ impl Hashy {
                 pred.policy_logits.push(if illegal { l + 8.0 } else { l });
             }
             pred.values.push(unit(mix(s ^ 0xdead)));
-            pred.rewards.push(if root { 0.0 } else { 0.5 * unit(mix(s ^ 0xbeef)) });
+            pred.rewards.push(if root {
+                0.0
+            } else {
+                0.5 * unit(mix(s ^ 0xbeef))
+            });
         }
         pred
     }
@@ -442,7 +503,9 @@ impl Model for Hashy {
             let parent = self.states[b * cap + parents[b]];
             self.states[b * cap + new_node] = mix(parent ^ mix(actions[b] as u64 + 17));
         }
-        let new: Vec<u64> = (0..self.batch).map(|b| self.states[b * cap + new_node]).collect();
+        let new: Vec<u64> = (0..self.batch)
+            .map(|b| self.states[b * cap + new_node])
+            .collect();
         Ok(self.predict(new.into_iter(), false))
     }
 }
@@ -554,6 +617,70 @@ fn all_zero_priors_still_respect_the_mask() {
     }
 }
 
+/// Every transition costs 1: all Q-values equal -1, so the min-max stats never widen and the
+/// Q term stays at -1 (unnormalised), below the 0 score of an unvisited zero-prior action.
+struct Costly;
+
+impl Model for Costly {
+    fn num_actions(&self) -> usize {
+        4
+    }
+
+    fn initial_inference(
+        &mut self,
+        _: &[f32],
+        batch: usize,
+        _: usize,
+    ) -> Result<Prediction, ModelError> {
+        Ok(Prediction {
+            policy_logits: vec![0.0; batch * 4],
+            values: vec![0.0; batch],
+            rewards: vec![0.0; batch],
+        })
+    }
+
+    fn recurrent_inference(
+        &mut self,
+        parents: &[usize],
+        _: &[usize],
+        _: usize,
+    ) -> Result<Prediction, ModelError> {
+        let n = parents.len();
+        Ok(Prediction {
+            policy_logits: vec![0.0; n * 4],
+            values: vec![0.0; n],
+            rewards: vec![-1.0; n],
+        })
+    }
+}
+
+#[test]
+fn negative_q_never_pulls_search_into_illegal_actions() {
+    let mask = [false, true, false, true];
+    for add_noise in [false, true] {
+        let mut rng = StdRng::seed_from_u64(4);
+        let out = run_search(
+            &mut Costly,
+            &puct_config(20, 1.0),
+            &[],
+            1,
+            &mask,
+            add_noise,
+            &mut rng,
+        )
+        .unwrap();
+        assert_eq!(
+            out.visit_counts[0] + out.visit_counts[2],
+            0,
+            "{:?}",
+            out.visit_counts
+        );
+        assert_eq!(out.visit_counts[1] + out.visit_counts[3], 20);
+        // Below the root every action is allowed, so the tree does grow deeper.
+        assert!(out.max_depth > 1);
+    }
+}
+
 #[test]
 fn one_recurrent_call_per_simulation_with_batch_sized_inputs() {
     for (batch, sims) in [(1, 1), (3, 17), (40, 9)] {
@@ -642,8 +769,17 @@ fn invalid_inputs_are_reported() {
     let mut rng = StdRng::seed_from_u64(0);
     let mut model = Bandit::new(3, 0);
     let config = puct_config(5, 1.0);
-    let err = run_search(&mut model, &config, &[0.0; 2], 2, &[true; 5], false, &mut rng);
-    assert!(matches!(err, Err(SearchError::LegalMaskLength { got: 5, expected: 6, .. })));
+    let err = run_search(
+        &mut model, &config, &[0.0; 2], 2, &[true; 5], false, &mut rng,
+    );
+    assert!(matches!(
+        err,
+        Err(SearchError::LegalMaskLength {
+            got: 5,
+            expected: 6,
+            ..
+        })
+    ));
     let masks = [true, true, true, false, false, false];
     let err = run_search(&mut model, &config, &[0.0; 2], 2, &masks, false, &mut rng);
     assert!(matches!(err, Err(SearchError::NoLegalAction { index: 1 })));
@@ -662,8 +798,13 @@ fn invalid_inputs_are_reported() {
     assert!(matches!(err, Err(SearchError::InvalidConfig(_))));
     // A model error (wrong observation length) comes back as an error, not a panic.
     let mut hashy = Hashy::new(3, vec![true; 3]);
-    let err = run_search(&mut hashy, &config, &[0.0; 4], 1, &[true; 3], false, &mut rng);
-    assert!(matches!(err, Err(SearchError::Model(ModelError::ObservationShape { .. }))));
+    let err = run_search(
+        &mut hashy, &config, &[0.0; 4], 1, &[true; 3], false, &mut rng,
+    );
+    assert!(matches!(
+        err,
+        Err(SearchError::Model(ModelError::ObservationShape { .. }))
+    ));
     // Empty batch: nothing to do.
     let out = run_search(&mut model, &config, &[], 0, &[], false, &mut rng).unwrap();
     assert_eq!(out.batch, 0);
@@ -719,7 +860,10 @@ fn model_failures_and_bad_shapes_are_errors() {
         short: false,
     };
     let err = run_search(&mut model, &config, &[], 2, &[true; 4], false, &mut rng);
-    assert!(matches!(err, Err(SearchError::Model(ModelError::Backend(_)))));
+    assert!(matches!(
+        err,
+        Err(SearchError::Model(ModelError::Backend(_)))
+    ));
     let mut model = Flaky {
         fail_at: 5,
         short: true,
@@ -727,9 +871,15 @@ fn model_failures_and_bad_shapes_are_errors() {
     let err = run_search(&mut model, &config, &[], 2, &[true; 4], false, &mut rng);
     match err {
         Err(SearchError::PredictionShape {
-            call, field, got, expected,
+            call,
+            field,
+            got,
+            expected,
         }) => {
-            assert_eq!((call, field, got, expected), ("recurrent_inference", "policy_logits", 0, 4));
+            assert_eq!(
+                (call, field, got, expected),
+                ("recurrent_inference", "policy_logits", 0, 4)
+            );
         }
         other => panic!("unexpected {other:?}"),
     }
@@ -749,4 +899,102 @@ fn config_serde_round_trip() {
     let partial: SearchConfig = serde_json::from_str(r#"{"num_simulations": 8}"#).unwrap();
     assert_eq!(partial.num_simulations, 8);
     assert_eq!(partial.c2, 19652.0);
+}
+
+#[cfg(test)]
+mod bench_tmp {
+    use crate::model::{Model, ModelError, Prediction};
+    use crate::search::{SearchConfig, SearchPolicy, Searcher};
+    use rand::SeedableRng;
+    use std::time::Instant;
+
+    struct Fast {
+        a: usize,
+        batch: usize,
+        pred: Prediction,
+        k: u64,
+    }
+    impl Model for Fast {
+        fn num_actions(&self) -> usize {
+            self.a
+        }
+        fn initial_inference(
+            &mut self,
+            _: &[f32],
+            batch: usize,
+            _: usize,
+        ) -> Result<Prediction, ModelError> {
+            self.batch = batch;
+            self.pred = Prediction {
+                policy_logits: (0..batch * self.a)
+                    .map(|i| ((i * 7919) % 13) as f32 * 0.1)
+                    .collect(),
+                values: vec![0.1; batch],
+                rewards: vec![0.0; batch],
+            };
+            Ok(self.pred.clone())
+        }
+        fn recurrent_inference(
+            &mut self,
+            p: &[usize],
+            a: &[usize],
+            n: usize,
+        ) -> Result<Prediction, ModelError> {
+            self.k += 1;
+            let mut pred = std::mem::take(&mut self.pred);
+            for b in 0..self.batch {
+                pred.values[b] = (((p[b] * 31 + a[b] * 17 + n + b) % 23) as f32 - 11.0) / 11.0;
+                pred.rewards[b] = ((a[b] + b) % 3) as f32 * 0.1;
+            }
+            let out = pred.clone();
+            self.pred = pred;
+            Ok(out)
+        }
+    }
+
+    #[test]
+    #[ignore]
+    fn bench_tmp() {
+        for (batch, a, sims) in [
+            (1usize, 18usize, 50usize),
+            (16, 18, 50),
+            (64, 18, 50),
+            (256, 18, 50),
+            (1024, 18, 50),
+            (256, 362, 100),
+        ] {
+            for policy in [SearchPolicy::Puct, SearchPolicy::default_gumbel()] {
+                let config = SearchConfig {
+                    num_simulations: sims,
+                    policy: policy.clone(),
+                    ..SearchConfig::default()
+                };
+                let mut model = Fast {
+                    a,
+                    batch: 0,
+                    pred: Prediction::default(),
+                    k: 0,
+                };
+                let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+                let mut s = Searcher::new();
+                let obs = vec![0.0; batch];
+                let masks = vec![true; batch * a];
+                s.run(&mut model, &config, &obs, batch, &masks, true, &mut rng)
+                    .unwrap();
+                let reps = (20000 / (batch * sims / 10 + 1)).clamp(3, 200);
+                let t = Instant::now();
+                for _ in 0..reps {
+                    s.run(&mut model, &config, &obs, batch, &masks, true, &mut rng)
+                        .unwrap();
+                }
+                let dt = t.elapsed().as_secs_f64() / reps as f64;
+                println!(
+                    "B={batch:5} A={a:4} S={sims:4} {:?}: {:8.3} ms/search  {:6.2} us/sim-step",
+                    matches!(policy, SearchPolicy::Puct),
+                    dt * 1e3,
+                    dt * 1e6 / sims as f64
+                );
+            }
+        }
+    }
 }

@@ -2,11 +2,16 @@
 //!
 //! Node `0` is the root ([`ROOT`]); simulation `s` creates node `s + 1`, so a search with
 //! `num_simulations` simulations needs exactly `num_simulations + 1` nodes, allocated up front.
-//! Per-child arrays (`priors`, `log_priors`, `children`) are stored row-major,
-//! `[node * num_actions + action]`. [`Tree::reset`] reuses the allocations across searches.
+//! Per-child arrays (`priors`, `log_priors`, `children`, and the edge statistics
+//! `child_visits`, `child_q`) are stored row-major, `[node * num_actions + action]`, so that
+//! selection scans contiguous memory; a row is initialised when its node is created, so
+//! [`Tree::reset`] is O(1) once the allocations are large enough and reuses them across
+//! searches.
 //!
 //! Values are stored from the perspective of the player to move at the node (`to_play`);
-//! [`Tree::q`] converts a child's value to its parent's perspective.
+//! [`Tree::q`] converts a child's value to its parent's perspective. The edge statistics of a
+//! child (`child_visits`, `child_q` in its parent's row) mirror the child's own visit count and
+//! `Q` and are refreshed by [`Tree::backup`].
 
 /// Index of the root node.
 pub const ROOT: usize = 0;
@@ -19,6 +24,7 @@ pub const NO_PARENT: u32 = u32::MAX;
 #[derive(Clone, Debug, Default)]
 pub struct Tree {
     num_actions: usize,
+    capacity: usize,
     len: usize,
     parent: Vec<u32>,
     action: Vec<u32>,
@@ -31,6 +37,8 @@ pub struct Tree {
     priors: Vec<f32>,
     log_priors: Vec<f32>,
     children: Vec<u32>,
+    child_visits: Vec<u32>,
+    child_q: Vec<f32>,
 }
 
 impl Tree {
@@ -42,6 +50,7 @@ impl Tree {
     }
 
     /// Empty the tree for a new search, keeping (and growing if needed) the allocations.
+    /// Node data is (re)initialised when each node is created, not here.
     pub fn reset(&mut self, capacity: usize, num_actions: usize) {
         assert!(
             capacity < u32::MAX as usize,
@@ -49,23 +58,26 @@ impl Tree {
         );
         self.num_actions = num_actions;
         self.len = 0;
+        self.capacity = capacity;
         let per_child = capacity * num_actions;
-        reset_vec(&mut self.parent, capacity, NO_PARENT);
-        reset_vec(&mut self.action, capacity, 0);
-        reset_vec(&mut self.depth, capacity, 0);
-        reset_vec(&mut self.visits, capacity, 0);
-        reset_vec(&mut self.value_sum, capacity, 0.0);
-        reset_vec(&mut self.reward, capacity, 0.0);
-        reset_vec(&mut self.raw_value, capacity, 0.0);
-        reset_vec(&mut self.to_play, capacity, 1);
-        reset_vec(&mut self.priors, per_child, 0.0);
-        reset_vec(&mut self.log_priors, per_child, f32::NEG_INFINITY);
-        reset_vec(&mut self.children, per_child, UNVISITED);
+        grow(&mut self.parent, capacity, NO_PARENT);
+        grow(&mut self.action, capacity, 0);
+        grow(&mut self.depth, capacity, 0);
+        grow(&mut self.visits, capacity, 0);
+        grow(&mut self.value_sum, capacity, 0.0);
+        grow(&mut self.reward, capacity, 0.0);
+        grow(&mut self.raw_value, capacity, 0.0);
+        grow(&mut self.to_play, capacity, 1);
+        grow(&mut self.priors, per_child, 0.0);
+        grow(&mut self.log_priors, per_child, f32::NEG_INFINITY);
+        grow(&mut self.children, per_child, UNVISITED);
+        grow(&mut self.child_visits, per_child, 0);
+        grow(&mut self.child_q, per_child, 0.0);
     }
 
     /// Number of nodes the tree can hold.
     pub fn capacity(&self) -> usize {
-        self.parent.len()
+        self.capacity
     }
 
     /// Number of nodes created so far.
@@ -114,6 +126,7 @@ impl Tree {
         flip: bool,
     ) -> usize {
         assert_eq!(node, self.len, "nodes must be created in order");
+        assert!(node < self.capacity, "tree is full");
         assert!(parent < self.len, "parent {parent} does not exist");
         let slot = parent * self.num_actions + action;
         assert_eq!(self.children[slot], UNVISITED, "child already expanded");
@@ -140,18 +153,44 @@ impl Tree {
             logits,
             legal,
             &mut self.priors[row.clone()],
-            &mut self.log_priors[row],
+            &mut self.log_priors[row.clone()],
         );
+        self.children[row.clone()].fill(UNVISITED);
+        self.child_visits[row.clone()].fill(0);
+        self.child_q[row].fill(0.0);
         self.visits[node] = 1;
         self.value_sum[node] = value;
         self.raw_value[node] = value;
     }
 
-    /// Add one backed-up return (from the node's own perspective).
+    /// Add one backed-up return (from the node's own perspective). Does not refresh the edge
+    /// statistics in the parent's row (see [`Tree::backup`]).
     #[inline]
     pub fn record_visit(&mut self, node: usize, value: f32) {
         self.visits[node] += 1;
         self.value_sum[node] += value;
+    }
+
+    /// Back the value of the freshly created `leaf` (already counted as its first visit) up to
+    /// the root: each ancestor receives `G_parent = r_child + discount * sign * G_child`
+    /// (`sign = -1` in two-player games), each node's edge statistics in its parent's row are
+    /// refreshed, and `on_q` sees every updated `Q(node)` (as seen from its parent), leaf first.
+    pub fn backup(&mut self, leaf: usize, discount: f32, sign: f32, mut on_q: impl FnMut(f32)) {
+        let a = self.num_actions;
+        let mut node = leaf;
+        let mut ret = self.raw_value[leaf];
+        while node != ROOT {
+            let parent = self.parent[node] as usize;
+            let slot = parent * a + self.action[node] as usize;
+            let q = self.q(node, discount, sign);
+            self.child_visits[slot] = self.visits[node];
+            self.child_q[slot] = q;
+            on_q(q);
+            ret = self.reward[node] + discount * sign * ret;
+            self.visits[parent] += 1;
+            self.value_sum[parent] += ret;
+            node = parent;
+        }
     }
 
     /// The child created through `action`, if any.
@@ -209,10 +248,24 @@ impl Tree {
         self.visits[node]
     }
 
-    /// Visit count of the child through `action` (0 when not expanded).
+    /// Visit count of the child through `action` (0 when not expanded), as of the last
+    /// [`Tree::backup`] through it.
     #[inline]
     pub fn child_visits(&self, node: usize, action: usize) -> u32 {
-        self.child(node, action).map_or(0, |c| self.visits[c])
+        self.child_visits[node * self.num_actions + action]
+    }
+
+    /// Visit counts of all children of `node` (see [`Tree::child_visits`]).
+    #[inline]
+    pub fn children_visits(&self, node: usize) -> &[u32] {
+        &self.child_visits[node * self.num_actions..(node + 1) * self.num_actions]
+    }
+
+    /// `Q` of every child of `node` from `node`'s perspective (0 where unvisited), as of the
+    /// last [`Tree::backup`] through it, with the discount and sign given there.
+    #[inline]
+    pub fn children_q(&self, node: usize) -> &[f32] {
+        &self.child_q[node * self.num_actions..(node + 1) * self.num_actions]
     }
 
     /// Reward of the transition into `node`, from the parent's perspective.
@@ -250,9 +303,10 @@ impl Tree {
     }
 }
 
-fn reset_vec<T: Copy>(v: &mut Vec<T>, len: usize, value: T) {
-    v.clear();
-    v.resize(len, value);
+fn grow<T: Copy>(v: &mut Vec<T>, len: usize, value: T) {
+    if v.len() < len {
+        v.resize(len, value);
+    }
 }
 
 /// Softmax of `logits` over the allowed entries (all when `mask` is `None`) into `probs`,
@@ -314,11 +368,21 @@ mod tests {
     #[test]
     fn softmax_masks_and_falls_back() {
         let (mut p, mut lp) = ([0.0f32; 3], [0.0f32; 3]);
-        masked_softmax(&[0.0, 100.0, 0.0], Some(&[true, false, true]), &mut p, &mut lp);
+        masked_softmax(
+            &[0.0, 100.0, 0.0],
+            Some(&[true, false, true]),
+            &mut p,
+            &mut lp,
+        );
         assert_eq!(p, [0.5, 0.0, 0.5]);
         assert_eq!(lp[1], f32::NEG_INFINITY);
         assert!((lp[0] - 0.5f32.ln()).abs() < 1e-6);
-        masked_softmax(&[f32::NEG_INFINITY; 3], Some(&[false, true, true]), &mut p, &mut lp);
+        masked_softmax(
+            &[f32::NEG_INFINITY; 3],
+            Some(&[false, true, true]),
+            &mut p,
+            &mut lp,
+        );
         assert_eq!(p, [0.0, 0.5, 0.5]);
         masked_softmax(&[f32::NAN, 1.0f32.ln(), 3.0f32.ln()], None, &mut p, &mut lp);
         assert_eq!(p[0], 0.0);
@@ -339,11 +403,31 @@ mod tests {
         assert_eq!(t.action(1), 1);
         // Q from the root: 1 + 0.5 * (-1) * 2 = 0.
         assert_eq!(t.q(1, 0.5, -1.0), 0.0);
+        let mut seen = vec![];
+        t.backup(1, 0.5, -1.0, |q| seen.push(q));
+        assert_eq!(seen, vec![0.0]);
+        assert_eq!(t.children_visits(ROOT), &[0, 1]);
+        assert_eq!((t.visits(ROOT), t.value(ROOT)), (2, 0.25)); // (0.5 + 0) / 2
         t.record_visit(1, 4.0);
         assert_eq!(t.value(1), 3.0);
-        assert_eq!(t.child_visits(ROOT, 1), 2);
+        // Chain a grandchild: reward 2, value 6, seen from node 1: 2 - 0.5 * 6 = -1.
+        t.add_child(2, 1, 0, &[0.0, 0.0], 6.0, 2.0, true);
+        assert_eq!(t.to_play(2), 1);
+        let mut seen = vec![];
+        t.backup(2, 0.5, -1.0, |q| seen.push(q));
+        // node 1 gets -1: value (2 + 4 - 1) / 3 = 5/3, Q = 1 - 0.5 * 5/3 = 1/6;
+        // the root gets 1 - 0.5 * (-1) = 1.5: value (0.5 + 0 + 1.5) / 3.
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[0], -1.0);
+        assert!((seen[1] - 1.0 / 6.0).abs() < 1e-6, "{seen:?}");
+        assert_eq!(t.children_q(ROOT), &[0.0, seen[1]]);
+        assert_eq!(t.children_visits(ROOT), &[0, 3]);
+        assert!((t.value(ROOT) - 2.0 / 3.0).abs() < 1e-6);
+        assert_eq!(t.depth(2), 2);
         t.reset(3, 2);
         assert!(t.is_empty());
+        t.init_root(&[0.0, 0.0], &[true, true], 0.0);
         assert_eq!(t.child(ROOT, 1), None);
+        assert_eq!(t.children_visits(ROOT), &[0, 0]);
     }
 }

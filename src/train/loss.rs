@@ -112,3 +112,152 @@ pub fn unrolled_loss(
         priorities,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::network::NetworkSpec;
+    use crate::replay::{GameHistory, ReplayBuffer, ReplayConfig};
+    use crate::support::Support;
+    use candle_core::Device;
+    use rand::{Rng, SeedableRng};
+
+    fn spec() -> NetworkSpec {
+        NetworkSpec {
+            observation_shape: vec![4],
+            num_actions: 3,
+            hidden_dim: 16,
+            latent_dim: 8,
+            num_blocks: 1,
+            value_support: Support::symmetric(5),
+            reward_support: Support::symmetric(2),
+        }
+    }
+
+    /// A buffer of random games with non-trivial rewards, values and policies.
+    fn buffer(seed: u64) -> ReplayBuffer {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut replay = ReplayBuffer::new(ReplayConfig {
+            capacity: 1000,
+            num_unroll_steps: 3,
+            td_steps: 3,
+            discount: 0.9,
+            per_alpha: 1.0,
+            per_beta: 1.0,
+            per_epsilon: 1e-3,
+            two_player: false,
+        });
+        for g in 0..6 {
+            let obs: Vec<f32> = (0..4).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let mut game = GameHistory::new(4, 3, &obs, 0);
+            for _ in 0..(5 + g) {
+                let next: Vec<f32> = (0..4).map(|_| rng.random_range(-1.0..1.0)).collect();
+                let mut policy: Vec<f32> = (0..3).map(|_| rng.random_range(0.1..1.0)).collect();
+                let total: f32 = policy.iter().sum();
+                policy.iter_mut().for_each(|p| *p /= total);
+                game.push(rng.random_range(0..3), rng.random_range(-1.0..2.0), rng.random_range(-3.0..3.0), &policy, &next, 0);
+            }
+            game.finish(g % 2 == 0, 1.5);
+            replay.save_game(game).unwrap();
+        }
+        replay
+    }
+
+    #[test]
+    fn every_parameter_receives_a_nonzero_gradient() {
+        let net = MuZeroNetwork::new(spec(), 3, &Device::Cpu, DType::F32).unwrap();
+        let replay = buffer(1);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(2);
+        let batch = replay.sample(16, &mut rng).unwrap();
+        // The last layers of the value and reward heads start at zero, so the layers before
+        // them get no gradient until one update has moved those weights: take one step first.
+        let named = net.params().named().map(|(n, v)| (n.clone(), v.clone())).collect();
+        let mut opt = crate::train::optimizer::AdamW::new(
+            named,
+            crate::train::optimizer::AdamWConfig {
+                learning_rate: 1e-3,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+                weight_decay: 0.0,
+                max_grad_norm: 0.0,
+            },
+        )
+        .unwrap();
+        let first = unrolled_loss(&net, &batch, &batch.target_values, 0.25).unwrap();
+        opt.step(&first.total.backward().unwrap(), 1e-3).unwrap();
+        let loss = unrolled_loss(&net, &batch, &batch.target_values, 0.25).unwrap();
+        let grads = loss.total.backward().unwrap();
+        let mut missing = Vec::new();
+        for (name, var) in net.params().named() {
+            let norm = grads
+                .get(var.as_tensor())
+                .map(|g| g.sqr().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap())
+                .unwrap_or(0.0);
+            if norm <= 0.0 || !norm.is_finite() {
+                missing.push(name.clone());
+            }
+        }
+        assert!(missing.is_empty(), "parameters without gradient: {missing:?}");
+        assert!(net.params().names().len() > 20);
+    }
+
+    #[test]
+    fn loss_falls_on_a_fixed_batch() {
+        use crate::train::optimizer::{AdamW, AdamWConfig};
+        let net = MuZeroNetwork::new(spec(), 4, &Device::Cpu, DType::F32).unwrap();
+        let replay = buffer(5);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(6);
+        let batch = replay.sample(32, &mut rng).unwrap();
+        let named = net.params().named().map(|(n, v)| (n.clone(), v.clone())).collect();
+        let mut opt = AdamW::new(
+            named,
+            AdamWConfig {
+                learning_rate: 3e-3,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+                weight_decay: 0.0,
+                max_grad_norm: 10.0,
+            },
+        )
+        .unwrap();
+        let first = unrolled_loss(&net, &batch, &batch.target_values, 1.0).unwrap();
+        let initial = first.total.to_scalar::<f32>().unwrap();
+        let (init_v, init_r, init_p) = (first.value, first.reward, first.policy);
+        let mut last = None;
+        for _ in 0..150 {
+            let loss = unrolled_loss(&net, &batch, &batch.target_values, 1.0).unwrap();
+            let grads = loss.total.backward().unwrap();
+            opt.step(&grads, 3e-3).unwrap();
+            last = Some(loss);
+        }
+        let last = last.unwrap();
+        let fin = last.total.to_scalar::<f32>().unwrap();
+        assert!(fin < 0.5 * initial, "loss {initial} -> {fin}");
+        assert!(last.value < init_v && last.reward < init_r && last.policy < init_p);
+        assert_eq!(last.priorities.len(), 32);
+    }
+
+    #[test]
+    fn bf16_compute_keeps_f32_parameters_and_is_close_to_f32() {
+        let net = MuZeroNetwork::new(spec(), 7, &Device::Cpu, DType::F32).unwrap();
+        let tensors = net.params().to_tensors().unwrap();
+        let half = MuZeroNetwork::from_tensors(spec(), tensors, &Device::Cpu, DType::BF16).unwrap();
+        let replay = buffer(8);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        let batch = replay.sample(16, &mut rng).unwrap();
+        let full = unrolled_loss(&net, &batch, &batch.target_values, 1.0).unwrap();
+        let low = unrolled_loss(&half, &batch, &batch.target_values, 1.0).unwrap();
+        let (a, b) = (full.total.to_scalar::<f32>().unwrap(), low.total.to_scalar::<f32>().unwrap());
+        assert!((a - b).abs() / a.abs() < 0.05, "f32 loss {a} vs bf16 loss {b}");
+        assert_eq!(low.total.dtype(), DType::F32);
+        let grads = low.total.backward().unwrap();
+        for (_, var) in half.params().named() {
+            assert_eq!(var.dtype(), DType::F32);
+            if let Some(g) = grads.get(var.as_tensor()) {
+                assert_eq!(g.dtype(), DType::F32);
+            }
+        }
+    }
+}

@@ -41,8 +41,10 @@ pub struct RunOptions {
 }
 
 /// What a finished run reports.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RunSummary {
+    /// The trained network (online parameters).
+    pub network: MuZeroNetwork,
     pub counters: Counters,
     pub last_eval: Option<Evaluation>,
     /// The run's checkpoint directory (holds `latest`).
@@ -106,6 +108,7 @@ pub fn train(config: &Config, device: &Device, options: &RunOptions, sink: &mut 
     }
     sink.flush();
     Ok(RunSummary {
+        network: run.learner.network().clone(),
         counters: run.counters.clone(),
         last_eval: run.last_eval.clone(),
         run_dir: run.run_dir.clone(),
@@ -359,7 +362,7 @@ impl<'a> Run<'a> {
         self.replay.update_priorities(&batch.ids, &stats.priorities)?;
         self.counters.training_steps += 1;
         let step = self.counters.training_steps;
-        if step % 10 == 0 {
+        if step.is_multiple_of(10) {
             sink.scalar("loss/total", stats.total_loss as f64, step);
             sink.scalar("loss/value", stats.value_loss as f64, step);
             sink.scalar("loss/reward", stats.reward_loss as f64, step);
@@ -373,10 +376,9 @@ impl<'a> Run<'a> {
 }
 
 fn next_multiple(current: u64, interval: u64) -> u64 {
-    if interval == 0 {
-        u64::MAX
-    } else {
-        (current / interval + 1) * interval
+    match current.checked_div(interval) {
+        Some(q) => (q + 1) * interval,
+        None => u64::MAX,
     }
 }
 
