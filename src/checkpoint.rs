@@ -43,10 +43,15 @@ pub enum CheckpointError {
     MissingFile { path: String },
     #[error("checkpoint file {path} is corrupt: {reason}")]
     Corrupt { path: String, reason: String },
-    #[error("checkpoint {path} has format version {found}, this build reads version {FORMAT_VERSION}")]
+    #[error(
+        "checkpoint {path} has format version {found}, this build reads version {FORMAT_VERSION}"
+    )]
     Version { path: String, found: u32 },
     #[error("I/O error on {path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("tensor error: {0}")]
     Candle(#[from] candle_core::Error),
 }
@@ -94,9 +99,11 @@ pub struct Metadata {
 impl Metadata {
     /// The configuration the run was trained with.
     pub fn config(&self) -> Result<Config, CheckpointError> {
-        serde_json::from_value(normalised_config(&self.config)).map_err(|e| CheckpointError::Corrupt {
-            path: METADATA.into(),
-            reason: format!("stored configuration does not load: {e}"),
+        serde_json::from_value(normalised_config(&self.config)).map_err(|e| {
+            CheckpointError::Corrupt {
+                path: METADATA.into(),
+                reason: format!("stored configuration does not load: {e}"),
+            }
         })
     }
 }
@@ -225,7 +232,11 @@ fn prune(run_dir: &Path) -> Result<(), CheckpointError> {
         .map_err(io_err(run_dir))?
         .filter_map(|e| e.ok())
         .map(|e| e.path())
-        .filter(|p| p.is_dir() && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("step-")))
+        .filter(|p| {
+            p.is_dir()
+                && p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("step-"))
+        })
         .collect();
     steps.sort();
     if steps.len() > KEEP {
@@ -263,30 +274,38 @@ pub fn load_metadata(path: &Path) -> Result<(PathBuf, Metadata), CheckpointError
     let dir = resolve(path)?;
     let meta_path = dir.join(METADATA);
     let text = std::fs::read(&meta_path).map_err(io_err(&meta_path))?;
-    let value: serde_json::Value = serde_json::from_slice(&text).map_err(|e| CheckpointError::Corrupt {
-        path: meta_path.display().to_string(),
-        reason: format!("not valid JSON: {e}"),
-    })?;
-    let found = value.get("format_version").and_then(|v| v.as_u64()).unwrap_or(0) as u32;
+    let value: serde_json::Value =
+        serde_json::from_slice(&text).map_err(|e| CheckpointError::Corrupt {
+            path: meta_path.display().to_string(),
+            reason: format!("not valid JSON: {e}"),
+        })?;
+    let found = value
+        .get("format_version")
+        .and_then(|v| v.as_u64())
+        .unwrap_or(0) as u32;
     if found != FORMAT_VERSION {
         return Err(CheckpointError::Version {
             path: dir.display().to_string(),
             found,
         });
     }
-    let metadata: Metadata = serde_json::from_value(value).map_err(|e| CheckpointError::Corrupt {
-        path: meta_path.display().to_string(),
-        reason: format!("unexpected contents: {e}"),
-    })?;
+    let metadata: Metadata =
+        serde_json::from_value(value).map_err(|e| CheckpointError::Corrupt {
+            path: meta_path.display().to_string(),
+            reason: format!("unexpected contents: {e}"),
+        })?;
     Ok((dir, metadata))
 }
 
 fn verified_bytes(dir: &Path, file: &str, meta: &Metadata) -> Result<Vec<u8>, CheckpointError> {
     let path = dir.join(file);
-    let expected = meta.files.get(file).ok_or_else(|| CheckpointError::Corrupt {
-        path: dir.join(METADATA).display().to_string(),
-        reason: format!("no digest recorded for {file}"),
-    })?;
+    let expected = meta
+        .files
+        .get(file)
+        .ok_or_else(|| CheckpointError::Corrupt {
+            path: dir.join(METADATA).display().to_string(),
+            reason: format!("no digest recorded for {file}"),
+        })?;
     if !path.is_file() {
         return Err(CheckpointError::MissingFile {
             path: path.display().to_string(),
@@ -296,20 +315,32 @@ fn verified_bytes(dir: &Path, file: &str, meta: &Metadata) -> Result<Vec<u8>, Ch
     if bytes.len() as u64 != expected.bytes {
         return Err(CheckpointError::Corrupt {
             path: path.display().to_string(),
-            reason: format!("{} bytes, expected {} (truncated or partly written)", bytes.len(), expected.bytes),
+            reason: format!(
+                "{} bytes, expected {} (truncated or partly written)",
+                bytes.len(),
+                expected.bytes
+            ),
         });
     }
     let crc = crc32fast::hash(&bytes);
     if crc != expected.crc32 {
         return Err(CheckpointError::Corrupt {
             path: path.display().to_string(),
-            reason: format!("CRC-32 {crc:08x}, expected {:08x} (contents changed)", expected.crc32),
+            reason: format!(
+                "CRC-32 {crc:08x}, expected {:08x} (contents changed)",
+                expected.crc32
+            ),
         });
     }
     Ok(bytes)
 }
 
-fn load_tensors(dir: &Path, file: &str, meta: &Metadata, device: &Device) -> Result<HashMap<String, Tensor>, CheckpointError> {
+fn load_tensors(
+    dir: &Path,
+    file: &str,
+    meta: &Metadata,
+    device: &Device,
+) -> Result<HashMap<String, Tensor>, CheckpointError> {
     let bytes = verified_bytes(dir, file, meta)?;
     candle_core::safetensors::load_buffer(&bytes, device).map_err(|e| CheckpointError::Corrupt {
         path: dir.join(file).display().to_string(),
@@ -318,7 +349,10 @@ fn load_tensors(dir: &Path, file: &str, meta: &Metadata, device: &Device) -> Res
 }
 
 /// Load the weights only (for evaluation and the library API).
-pub fn load_model(path: &Path, device: &Device) -> Result<(Metadata, HashMap<String, Tensor>), CheckpointError> {
+pub fn load_model(
+    path: &Path,
+    device: &Device,
+) -> Result<(Metadata, HashMap<String, Tensor>), CheckpointError> {
     let (dir, meta) = load_metadata(path)?;
     let model = load_tensors(&dir, MODEL, &meta, device)?;
     Ok((meta, model))
@@ -332,10 +366,12 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint, CheckpointError>
     let optimizer = load_tensors(&dir, OPTIMIZER, &metadata, device)?;
     let replay = if metadata.files.contains_key(REPLAY) {
         let bytes = verified_bytes(&dir, REPLAY, &metadata)?;
-        Some(serde_json::from_slice(&bytes).map_err(|e| CheckpointError::Corrupt {
-            path: dir.join(REPLAY).display().to_string(),
-            reason: e.to_string(),
-        })?)
+        Some(
+            serde_json::from_slice(&bytes).map_err(|e| CheckpointError::Corrupt {
+                path: dir.join(REPLAY).display().to_string(),
+                reason: e.to_string(),
+            })?,
+        )
     } else {
         None
     };
@@ -376,7 +412,10 @@ mod tests {
             "a.weight".to_string(),
             Tensor::new(&[[seed, 2.0], [3.0, 4.0]], &Device::Cpu).unwrap(),
         );
-        map.insert("a.bias".to_string(), Tensor::new(&[seed, -1.0], &Device::Cpu).unwrap());
+        map.insert(
+            "a.bias".to_string(),
+            Tensor::new(&[seed, -1.0], &Device::Cpu).unwrap(),
+        );
         map
     }
 
@@ -438,7 +477,10 @@ mod tests {
         assert_eq!(ckpt.metadata.config().unwrap(), config());
         let w = ckpt.model["a.weight"].to_vec2::<f32>().unwrap();
         assert_eq!(w, vec![vec![7.0, 2.0], vec![3.0, 4.0]]);
-        assert_eq!(ckpt.target["a.bias"].to_vec1::<f32>().unwrap(), vec![-1.0, -1.0]);
+        assert_eq!(
+            ckpt.target["a.bias"].to_vec1::<f32>().unwrap(),
+            vec![-1.0, -1.0]
+        );
         let back = ckpt.replay.unwrap();
         assert_eq!(back.num_transitions(), r.num_transitions());
         assert_eq!(back.games().next().unwrap().1, r.games().next().unwrap().1);
@@ -460,9 +502,11 @@ mod tests {
             .collect();
         assert_eq!(steps.len(), KEEP);
         // No temporary directories are left behind.
-        assert!(std::fs::read_dir(dir.path())
+        assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| !e
             .unwrap()
-            .all(|e| !e.unwrap().file_name().to_string_lossy().starts_with(".tmp")));
+            .file_name()
+            .to_string_lossy()
+            .starts_with(".tmp")));
     }
 
     #[test]
@@ -473,7 +517,10 @@ mod tests {
         let bytes = std::fs::read(&model).unwrap();
         std::fs::write(&model, &bytes[..bytes.len() / 2]).unwrap();
         let err = load(dir.path(), &Device::Cpu).err().unwrap().to_string();
-        assert!(err.contains("model.safetensors") && err.contains("truncated"), "{err}");
+        assert!(
+            err.contains("model.safetensors") && err.contains("truncated"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -497,7 +544,10 @@ mod tests {
         let step_dir = write(dir.path(), 1, &replay());
         std::fs::write(step_dir.join(METADATA), "{\"format_version\": 1, \"cumind").unwrap();
         let err = load(dir.path(), &Device::Cpu).err().unwrap().to_string();
-        assert!(err.contains("metadata.json") && err.contains("not valid JSON"), "{err}");
+        assert!(
+            err.contains("metadata.json") && err.contains("not valid JSON"),
+            "{err}"
+        );
         std::fs::remove_file(step_dir.join(MODEL)).unwrap();
         std::fs::write(step_dir.join(METADATA), "{\"format_version\": 99}").unwrap();
         let err = load(dir.path(), &Device::Cpu).err().unwrap().to_string();

@@ -112,7 +112,9 @@ pub fn open_device(text: &str) -> Result<Device> {
                      rebuild with `cargo build --release --features cuda` (see README, \"GPU build\")"
                 );
             }
-            Device::new_cuda(index).with_context(|| format!("cannot open CUDA device {index} (is a GPU with a driver present?)"))
+            Device::new_cuda(index).with_context(|| {
+                format!("cannot open CUDA device {index} (is a GPU with a driver present?)")
+            })
         }
     }
 }
@@ -126,7 +128,9 @@ fn set_thread_count(config: &Config) {
     let n = if config.other.num_threads > 0 {
         config.other.num_threads
     } else {
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
     };
     std::env::set_var("RAYON_NUM_THREADS", n.to_string());
 }
@@ -166,7 +170,10 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
             sets.extend(extra);
             let sources = ConfigSources {
                 file: None,
-                text: Some((format!("the configuration stored in {}", dir.display()), meta.config.to_string())),
+                text: Some((
+                    format!("the configuration stored in {}", dir.display()),
+                    meta.config.to_string(),
+                )),
                 env_vars: std::env::vars().collect(),
                 sets,
             };
@@ -210,13 +217,16 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
         ..options
     };
     let log_dir = PathBuf::from(&config.other.log_dir).join(&run_name_hint);
-    let mut sink = TensorBoardSink::new(&log_dir).with_context(|| format!("cannot create {}", log_dir.display()))?;
+    let mut sink = TensorBoardSink::new(&log_dir)
+        .with_context(|| format!("cannot create {}", log_dir.display()))?;
     eprintln!(
         "training {} on {} | logs: {} | checkpoints: {}",
         config.environment.env_name,
         config.device.device_type,
         log_dir.display(),
-        PathBuf::from(&config.training.checkpoint_root_dir).join(&run_name_hint).display()
+        PathBuf::from(&config.training.checkpoint_root_dir)
+            .join(&run_name_hint)
+            .display()
     );
     let summary = train(&config, &device, &options, &mut sink)?;
     let c = &summary.counters;
@@ -246,7 +256,9 @@ fn run_eval(args: EvalArgs) -> Result<()> {
     let env = EnvInfo::of(&config)?;
     let spec = components::network_spec(&config, &env);
     if spec != meta.network {
-        bail!("checkpoint's network description does not match its configuration (corrupt metadata?)");
+        bail!(
+            "checkpoint's network description does not match its configuration (corrupt metadata?)"
+        );
     }
     let dtype = compute_dtype(&config.data_types.model_dtype, &device);
     let network = MuZeroNetwork::from_tensors(spec, tensors, &device, dtype)?;
@@ -255,7 +267,13 @@ fn run_eval(args: EvalArgs) -> Result<()> {
         bail!("--episodes must be at least 1");
     }
     let start = Instant::now();
-    let eval = evaluate(&network, &config.environment.env_name, args.episodes, &search, args.seed)?;
+    let eval = evaluate(
+        &network,
+        &config.environment.env_name,
+        args.episodes,
+        &search,
+        args.seed,
+    )?;
     let secs = start.elapsed().as_secs_f64();
     println!(
         "{}: {} episodes, mean return {:.2} +- {:.2} (std), min {:.1}, max {:.1}",
@@ -264,7 +282,10 @@ fn run_eval(args: EvalArgs) -> Result<()> {
         eval.mean_return(),
         eval.std_return(),
         eval.returns.iter().cloned().fold(f64::INFINITY, f64::min),
-        eval.returns.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+        eval.returns
+            .iter()
+            .cloned()
+            .fold(f64::NEG_INFINITY, f64::max),
     );
     println!(
         "episode lengths: mean {:.1}; {} env steps in {:.2}s ({:.0} steps/s)",

@@ -350,7 +350,10 @@ impl Config {
             ));
         }
         if let Some((origin, text)) = &sources.text {
-            builder = builder.add_source(File::from_str(&normalised_json(text, origin)?, FileFormat::Json));
+            builder = builder.add_source(File::from_str(
+                &normalised_json(text, origin)?,
+                FileFormat::Json,
+            ));
         }
         let env_map: std::collections::HashMap<String, String> = sources
             .env_vars

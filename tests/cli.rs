@@ -45,13 +45,19 @@ fn help_and_version() {
 #[test]
 fn config_round_trips_through_a_file_and_layers_apply() {
     let dir = tempfile::tempdir().unwrap();
-    let out = cumind(dir.path()).args(["config", "--set", "training.batch_size=48"]).output().unwrap();
+    let out = cumind(dir.path())
+        .args(["config", "--set", "training.batch_size=48"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let printed = String::from_utf8(out.stdout).unwrap();
     let json: serde_json::Value = serde_json::from_str(&printed).unwrap();
     assert_eq!(json["Training"]["batch_size"], 48);
     std::fs::write(dir.path().join("my.json"), &printed).unwrap();
-    let again = cumind(dir.path()).args(["--config", "my.json", "config"]).output().unwrap();
+    let again = cumind(dir.path())
+        .args(["--config", "my.json", "config"])
+        .output()
+        .unwrap();
     assert_eq!(String::from_utf8(again.stdout).unwrap(), printed);
 
     let env = cumind(dir.path())
@@ -66,14 +72,31 @@ fn config_round_trips_through_a_file_and_layers_apply() {
 #[test]
 fn invalid_configuration_fails_with_the_key_named() {
     let dir = tempfile::tempdir().unwrap();
-    let out = cumind(dir.path()).args(["config", "--set", "mcts.num_simulations=0"]).output().unwrap();
+    let out = cumind(dir.path())
+        .args(["config", "--set", "mcts.num_simulations=0"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
-    assert!(text(&out).contains("mcts.num_simulations"), "{}", text(&out));
-    std::fs::write(dir.path().join("bad.json"), "{\"Training\": {\"batch_size\": 3,}}").unwrap();
-    let out = cumind(dir.path()).args(["--config", "bad.json", "train"]).output().unwrap();
+    assert!(
+        text(&out).contains("mcts.num_simulations"),
+        "{}",
+        text(&out)
+    );
+    std::fs::write(
+        dir.path().join("bad.json"),
+        "{\"Training\": {\"batch_size\": 3,}}",
+    )
+    .unwrap();
+    let out = cumind(dir.path())
+        .args(["--config", "bad.json", "train"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(text(&out).contains("bad.json"), "{}", text(&out));
-    let out = cumind(dir.path()).args(["train", "--device", "cuda"]).output().unwrap();
+    let out = cumind(dir.path())
+        .args(["train", "--device", "cuda"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(text(&out).contains("cuda"), "{}", text(&out));
 }
@@ -97,32 +120,65 @@ fn train_eval_resume_and_corruption() {
     ];
     let out = cumind(dir.path())
         .args(base)
-        .args(["--set", "training.max_env_steps=640", "train", "--no-progress"])
+        .args([
+            "--set",
+            "training.max_env_steps=640",
+            "train",
+            "--no-progress",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("reached max_env_steps = 640"), "{}", text(&out));
+    assert!(
+        text(&out).contains("reached max_env_steps = 640"),
+        "{}",
+        text(&out)
+    );
     let run = dir.path().join("ckpt/catch");
     assert!(run.join("latest").is_file());
-    assert!(std::fs::read_dir(dir.path().join("runs/catch")).unwrap().count() >= 1);
+    assert!(
+        std::fs::read_dir(dir.path().join("runs/catch"))
+            .unwrap()
+            .count()
+            >= 1
+    );
 
-    let out = cumind(dir.path()).args(["eval", "--checkpoint", "ckpt/catch", "--episodes", "5"]).output().unwrap();
+    let out = cumind(dir.path())
+        .args(["eval", "--checkpoint", "ckpt/catch", "--episodes", "5"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("mean return"), "{}", text(&out));
 
     // Resuming uses the stored configuration: its budget is spent, so it stops at once with its
     // counters intact; a larger budget given with --set continues the run.
-    let out = cumind(dir.path()).args(["train", "--no-progress", "--resume", "ckpt/catch"]).output().unwrap();
+    let out = cumind(dir.path())
+        .args(["train", "--no-progress", "--resume", "ckpt/catch"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("640 env steps"), "{}", text(&out));
     let out = cumind(dir.path())
-        .args(["--set", "training.max_env_steps=960", "train", "--no-progress", "--resume", "ckpt/catch"])
+        .args([
+            "--set",
+            "training.max_env_steps=960",
+            "train",
+            "--no-progress",
+            "--resume",
+            "ckpt/catch",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("960 env steps"), "{}", text(&out));
     let out = cumind(dir.path())
-        .args(["--set", "network_architecture.hidden_dim=8", "train", "--resume", "ckpt/catch"])
+        .args([
+            "--set",
+            "network_architecture.hidden_dim=8",
+            "train",
+            "--resume",
+            "ckpt/catch",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -132,12 +188,22 @@ fn train_eval_resume_and_corruption() {
     let model = run.join(latest.trim()).join("model.safetensors");
     let bytes = std::fs::read(&model).unwrap();
     std::fs::write(&model, &bytes[..bytes.len() - 7]).unwrap();
-    let out = cumind(dir.path()).args(["eval", "--checkpoint", "ckpt/catch"]).output().unwrap();
+    let out = cumind(dir.path())
+        .args(["eval", "--checkpoint", "ckpt/catch"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(text(&out).contains("model.safetensors"), "{}", text(&out));
-    let out = cumind(dir.path()).args(["eval", "--checkpoint", "nowhere"]).output().unwrap();
+    let out = cumind(dir.path())
+        .args(["eval", "--checkpoint", "nowhere"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
-    assert!(text(&out).contains("no checkpoint at nowhere"), "{}", text(&out));
+    assert!(
+        text(&out).contains("no checkpoint at nowhere"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]
@@ -175,14 +241,19 @@ fn sigkill_then_resume_loses_at_most_the_work_since_the_last_checkpoint() {
                 break;
             }
         }
-        assert!(start.elapsed() < Duration::from_secs(120), "no checkpoint appeared");
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no checkpoint appeared"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     let latest = std::fs::read_to_string(run.join("latest")).unwrap();
-    let meta: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(run.join(latest.trim()).join("metadata.json")).unwrap()).unwrap();
+    let meta: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(run.join(latest.trim()).join("metadata.json")).unwrap(),
+    )
+    .unwrap();
     let saved_steps = meta["counters"]["training_steps"].as_u64().unwrap();
     let saved_env = meta["counters"]["env_steps"].as_u64().unwrap();
     assert!(saved_steps >= 100);
@@ -190,14 +261,23 @@ fn sigkill_then_resume_loses_at_most_the_work_since_the_last_checkpoint() {
     // Resume with a budget just past the checkpoint: continues from its counters.
     let budget = format!("training.max_env_steps={}", saved_env + 64);
     let out = cumind(dir.path())
-        .args(["--set", &budget, "train", "--no-progress", "--resume", "ckpt/killed"])
+        .args([
+            "--set",
+            &budget,
+            "train",
+            "--no-progress",
+            "--resume",
+            "ckpt/killed",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let t = text(&out);
     assert!(t.contains(&format!("{} env steps", saved_env + 64)), "{t}");
     let latest = std::fs::read_to_string(run.join("latest")).unwrap();
-    let meta: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(run.join(latest.trim()).join("metadata.json")).unwrap()).unwrap();
+    let meta: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(run.join(latest.trim()).join("metadata.json")).unwrap(),
+    )
+    .unwrap();
     assert!(meta["counters"]["training_steps"].as_u64().unwrap() > saved_steps);
 }

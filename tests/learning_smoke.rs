@@ -33,11 +33,18 @@ fn muzero_learns_to_catch() {
     let config = catch_config(&["training.eval_interval=0"]);
     let mut sink = MemorySink::default();
     let summary = train(&config, &Device::Cpu, &options(), &mut sink).unwrap();
-    assert_eq!(summary.counters.env_steps, config.training.max_env_steps as u64);
+    assert_eq!(
+        summary.counters.env_steps,
+        config.training.max_env_steps as u64
+    );
     assert!(summary.counters.training_steps > 1000);
     let losses = &sink.series["loss/total"];
     let early: f64 = losses[..10].iter().map(|(_, v)| v).sum::<f64>() / 10.0;
-    let late: f64 = losses[losses.len() - 10..].iter().map(|(_, v)| v).sum::<f64>() / 10.0;
+    let late: f64 = losses[losses.len() - 10..]
+        .iter()
+        .map(|(_, v)| v)
+        .sum::<f64>()
+        / 10.0;
     assert!(late < early, "loss did not fall: {early} -> {late}");
 
     // Greedy play with the learned model catches every ball.
@@ -49,7 +56,11 @@ fn muzero_learns_to_catch() {
 
 #[test]
 fn synchronous_training_is_reproducible_for_a_seed() {
-    let config = catch_config(&["training.max_env_steps=480", "training.eval_interval=0", "memory.min_memory_size=100"]);
+    let config = catch_config(&[
+        "training.max_env_steps=480",
+        "training.eval_interval=0",
+        "memory.min_memory_size=100",
+    ]);
     let run = |config: &Config| {
         let mut sink = MemorySink::default();
         let summary = train(config, &Device::Cpu, &options(), &mut sink).unwrap();
@@ -57,9 +68,19 @@ fn synchronous_training_is_reproducible_for_a_seed() {
             .network
             .params()
             .named()
-            .map(|(_, v)| v.as_tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap())
+            .map(|(_, v)| {
+                v.as_tensor()
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1::<f32>()
+                    .unwrap()
+            })
             .collect();
-        (summary.counters.training_steps, weights, sink.series["episode/return"].clone())
+        (
+            summary.counters.training_steps,
+            weights,
+            sink.series["episode/return"].clone(),
+        )
     };
     let (steps_a, weights_a, returns_a) = run(&config);
     let (steps_b, weights_b, returns_b) = run(&config);
@@ -71,5 +92,8 @@ fn synchronous_training_is_reproducible_for_a_seed() {
     let mut other = config.clone();
     other.other.seed += 1;
     let (_, weights_c, _) = run(&other);
-    assert_ne!(weights_a, weights_c, "a different seed should give a different run");
+    assert_ne!(
+        weights_a, weights_c,
+        "a different seed should give a different run"
+    );
 }

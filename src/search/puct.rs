@@ -52,25 +52,47 @@ pub fn select_child(
     c2: f32,
     legal: Option<&[bool]>,
 ) -> usize {
+    // Scores are computed chunk by chunk in a branch-free (vectorisable) loop, then scanned.
+    const CHUNK: usize = 64;
     let factor = exploration_factor(tree.visits(node), c1, c2);
+    // `stats.normalize` as `(q - lo) / range`: bit-identical in both of its cases.
+    let (lo, range) = if stats.max > stats.min {
+        (stats.min, stats.max - stats.min)
+    } else {
+        (0.0, 1.0)
+    };
     let priors = tree.priors(node);
     let visits = tree.children_visits(node);
     let qs = tree.children_q(node);
-    let mut best = None;
+    let mut scores = [0.0f32; CHUNK];
+    let mut best = usize::MAX;
     let mut best_score = f32::NEG_INFINITY;
-    for a in 0..priors.len() {
-        if legal.is_some_and(|m| !m[a]) {
-            continue;
+    for start in (0..priors.len()).step_by(CHUNK) {
+        let end = (start + CHUNK).min(priors.len());
+        let scores = &mut scores[..end - start];
+        let (p, n, q) = (&priors[start..end], &visits[start..end], &qs[start..end]);
+        for i in 0..scores.len() {
+            // Visit counts stay far below 2^31, so the signed conversion is exact.
+            let visited = n[i] as i32 as f32;
+            let q_term = if n[i] > 0 { (q[i] - lo) / range } else { 0.0 };
+            scores[i] = q_term + p[i] * factor / (1.0 + visited);
         }
-        let n = visits[a];
-        let q_term = if n > 0 { stats.normalize(qs[a]) } else { 0.0 };
-        let score = q_term + priors[a] * factor / (1.0 + n as f32);
-        if best.is_none() || score > best_score {
-            best = Some(a);
-            best_score = score;
+        for (i, &score) in scores.iter().enumerate() {
+            let a = start + i;
+            if legal.is_some_and(|m| !m[a]) {
+                continue;
+            }
+            if best == usize::MAX || score > best_score {
+                best = a;
+                best_score = score;
+            }
         }
     }
-    best.unwrap_or(0)
+    if best == usize::MAX {
+        0
+    } else {
+        best
+    }
 }
 
 #[cfg(test)]

@@ -127,7 +127,11 @@ impl Learner {
         let grads = loss.total.backward()?;
         let lr = self.config.schedule.at(self.optimizer.step_count());
         let report = self.optimizer.step(&grads, lr)?;
-        if self.optimizer.step_count().is_multiple_of(self.config.target_update_frequency) {
+        if self
+            .optimizer
+            .step_count()
+            .is_multiple_of(self.config.target_update_frequency)
+        {
             self.refresh_target()?;
         }
         Ok(TrainStats {

@@ -155,7 +155,14 @@ mod tests {
                 let mut policy: Vec<f32> = (0..3).map(|_| rng.random_range(0.1..1.0)).collect();
                 let total: f32 = policy.iter().sum();
                 policy.iter_mut().for_each(|p| *p /= total);
-                game.push(rng.random_range(0..3), rng.random_range(-1.0..2.0), rng.random_range(-3.0..3.0), &policy, &next, 0);
+                game.push(
+                    rng.random_range(0..3),
+                    rng.random_range(-1.0..2.0),
+                    rng.random_range(-3.0..3.0),
+                    &policy,
+                    &next,
+                    0,
+                );
             }
             game.finish(g % 2 == 0, 1.5);
             replay.save_game(game).unwrap();
@@ -171,7 +178,11 @@ mod tests {
         let batch = replay.sample(16, &mut rng).unwrap();
         // The last layers of the value and reward heads start at zero, so the layers before
         // them get no gradient until one update has moved those weights: take one step first.
-        let named = net.params().named().map(|(n, v)| (n.clone(), v.clone())).collect();
+        let named = net
+            .params()
+            .named()
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect();
         let mut opt = crate::train::optimizer::AdamW::new(
             named,
             crate::train::optimizer::AdamWConfig {
@@ -192,13 +203,23 @@ mod tests {
         for (name, var) in net.params().named() {
             let norm = grads
                 .get(var.as_tensor())
-                .map(|g| g.sqr().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap())
+                .map(|g| {
+                    g.sqr()
+                        .unwrap()
+                        .sum_all()
+                        .unwrap()
+                        .to_scalar::<f32>()
+                        .unwrap()
+                })
                 .unwrap_or(0.0);
             if norm <= 0.0 || !norm.is_finite() {
                 missing.push(name.clone());
             }
         }
-        assert!(missing.is_empty(), "parameters without gradient: {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "parameters without gradient: {missing:?}"
+        );
         assert!(net.params().names().len() > 20);
     }
 
@@ -209,7 +230,11 @@ mod tests {
         let replay = buffer(5);
         let mut rng = rand::rngs::StdRng::seed_from_u64(6);
         let batch = replay.sample(32, &mut rng).unwrap();
-        let named = net.params().named().map(|(n, v)| (n.clone(), v.clone())).collect();
+        let named = net
+            .params()
+            .named()
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect();
         let mut opt = AdamW::new(
             named,
             AdamWConfig {
@@ -249,8 +274,14 @@ mod tests {
         let batch = replay.sample(16, &mut rng).unwrap();
         let full = unrolled_loss(&net, &batch, &batch.target_values, 1.0).unwrap();
         let low = unrolled_loss(&half, &batch, &batch.target_values, 1.0).unwrap();
-        let (a, b) = (full.total.to_scalar::<f32>().unwrap(), low.total.to_scalar::<f32>().unwrap());
-        assert!((a - b).abs() / a.abs() < 0.05, "f32 loss {a} vs bf16 loss {b}");
+        let (a, b) = (
+            full.total.to_scalar::<f32>().unwrap(),
+            low.total.to_scalar::<f32>().unwrap(),
+        );
+        assert!(
+            (a - b).abs() / a.abs() < 0.05,
+            "f32 loss {a} vs bf16 loss {b}"
+        );
         assert_eq!(low.total.dtype(), DType::F32);
         let grads = low.total.backward().unwrap();
         for (_, var) in half.params().named() {

@@ -74,7 +74,10 @@ struct Run<'a> {
 pub fn planned_run_name(config: &Config, resume: Option<&Path>) -> Result<String> {
     if let Some(path) = resume {
         let dir = checkpoint::resolve(path)?;
-        let run = dir.parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().to_string());
+        let run = dir
+            .parent()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().to_string());
         return Ok(run.unwrap_or_else(|| run_name(config)));
     }
     Ok(run_name(config))
@@ -92,7 +95,12 @@ fn run_name(config: &Config) -> String {
 }
 
 /// Train with `config` on `device`; scalars go to `sink`.
-pub fn train(config: &Config, device: &Device, options: &RunOptions, sink: &mut dyn MetricSink) -> Result<RunSummary> {
+pub fn train(
+    config: &Config,
+    device: &Device,
+    options: &RunOptions,
+    sink: &mut dyn MetricSink,
+) -> Result<RunSummary> {
     let mut run = Run::start(config, device, options)?;
     let result = run.main_loop(options, sink);
     if let Err(err) = &result {
@@ -130,7 +138,8 @@ impl<'a> Run<'a> {
         let env = EnvInfo::of(config)?;
         let spec = components::network_spec(config, &env);
         let dtype = compute_dtype(&config.data_types.model_dtype, device);
-        let learner_config = components::learner_config(config, components::expected_training_steps(config));
+        let learner_config =
+            components::learner_config(config, components::expected_training_steps(config));
         let (learner, replay, counters, run_dir) = match &options.resume {
             None => {
                 let network = MuZeroNetwork::new(spec, config.other.seed, device, dtype)?;
@@ -147,7 +156,10 @@ impl<'a> Run<'a> {
                     .context("checkpoint weights do not fit the configured network")?;
                 let mut learner = Learner::new(network, learner_config)?;
                 let target = MuZeroNetwork::from_tensors(spec, ckpt.target, device, dtype)?;
-                learner.target_network().params().copy_from(target.params())?;
+                learner
+                    .target_network()
+                    .params()
+                    .copy_from(target.params())?;
                 learner
                     .optimizer_mut()
                     .load_state(ckpt.optimizer, ckpt.metadata.optimizer_step)?;
@@ -164,7 +176,9 @@ impl<'a> Run<'a> {
         };
         // Fresh random streams per segment, derived from the seed and the counters, so a
         // resumed run does not replay the exact samples of the first segment.
-        let sampler = StdRng::seed_from_u64(config.other.seed ^ (counters.training_steps.wrapping_mul(0x9e37_79b9)));
+        let sampler = StdRng::seed_from_u64(
+            config.other.seed ^ (counters.training_steps.wrapping_mul(0x9e37_79b9)),
+        );
         Ok(Self {
             config,
             env,
@@ -216,7 +230,10 @@ impl<'a> Run<'a> {
             return Some(format!("reached max_env_steps = {}", t.max_env_steps));
         }
         if t.max_training_steps > 0 && c.training_steps >= t.max_training_steps as u64 {
-            return Some(format!("reached max_training_steps = {}", t.max_training_steps));
+            return Some(format!(
+                "reached max_training_steps = {}",
+                t.max_training_steps
+            ));
         }
         if t.num_episodes > 0 && c.episodes >= t.num_episodes as u64 {
             return Some(format!("reached num_episodes = {}", t.num_episodes));
@@ -230,15 +247,29 @@ impl<'a> Run<'a> {
         let eval_search = search.clone();
         let segment_start = Instant::now();
         let elapsed_before = self.counters.elapsed_seconds;
-        let seed = config.other.seed.wrapping_add(self.counters.env_steps.wrapping_mul(7919));
-        let mut actor = Actor::new(&config.environment.env_name, config.environment.num_envs, seed)?;
+        let seed = config
+            .other
+            .seed
+            .wrapping_add(self.counters.env_steps.wrapping_mul(7919));
+        let mut actor = Actor::new(
+            &config.environment.env_name,
+            config.environment.num_envs,
+            seed,
+        )?;
         let min_replay = config.min_replay_transitions();
         let ratio = config.training.train_ratio;
         // Env steps at which training became possible (replay warm); counts the ratio from there.
-        let mut warm_at: Option<u64> = (self.replay.num_transitions() >= min_replay).then_some(self.counters.env_steps);
+        let mut warm_at: Option<u64> =
+            (self.replay.num_transitions() >= min_replay).then_some(self.counters.env_steps);
         let trained_at_warm = self.counters.training_steps;
-        let mut next_eval = next_multiple(self.counters.env_steps, config.training.eval_interval as u64);
-        let mut next_checkpoint = next_multiple(self.counters.training_steps, config.training.checkpoint_interval as u64);
+        let mut next_eval = next_multiple(
+            self.counters.env_steps,
+            config.training.eval_interval as u64,
+        );
+        let mut next_checkpoint = next_multiple(
+            self.counters.training_steps,
+            config.training.checkpoint_interval as u64,
+        );
         let bar = progress_bar(options.progress, config);
         let mut last_log = Instant::now();
         let mut env_steps_at_log = self.counters.env_steps;
@@ -263,22 +294,44 @@ impl<'a> Run<'a> {
                 if self.recent_returns.len() > 20 {
                     self.recent_returns.pop_front();
                 }
-                sink.scalar("episode/return", episode.episode_return, self.counters.env_steps);
-                sink.scalar("episode/length", episode.length as f64, self.counters.env_steps);
+                sink.scalar(
+                    "episode/return",
+                    episode.episode_return,
+                    self.counters.env_steps,
+                );
+                sink.scalar(
+                    "episode/length",
+                    episode.length as f64,
+                    self.counters.env_steps,
+                );
             }
-            sink.scalar("search/root_value", step.search.mean_root_value as f64, self.counters.env_steps);
-            sink.scalar("search/max_depth", step.search.max_depth as f64, self.counters.env_steps);
-            sink.scalar("search/temperature", temperature as f64, self.counters.env_steps);
+            sink.scalar(
+                "search/root_value",
+                step.search.mean_root_value as f64,
+                self.counters.env_steps,
+            );
+            sink.scalar(
+                "search/max_depth",
+                step.search.max_depth as f64,
+                self.counters.env_steps,
+            );
+            sink.scalar(
+                "search/temperature",
+                temperature as f64,
+                self.counters.env_steps,
+            );
 
             if warm_at.is_none() && self.replay.num_transitions() >= min_replay {
                 warm_at = Some(self.counters.env_steps);
             }
             if let Some(warm) = warm_at {
-                let owed = trained_at_warm + ((self.counters.env_steps - warm) as f64 * ratio).ceil() as u64;
+                let owed = trained_at_warm
+                    + ((self.counters.env_steps - warm) as f64 * ratio).ceil() as u64;
                 while self.counters.training_steps < owed {
                     self.train_once(sink)?;
                     if self.counters.training_steps >= next_checkpoint && !options.no_checkpoints {
-                        self.counters.elapsed_seconds = elapsed_before + segment_start.elapsed().as_secs_f64();
+                        self.counters.elapsed_seconds =
+                            elapsed_before + segment_start.elapsed().as_secs_f64();
                         self.save_checkpoint()?;
                         next_checkpoint += config.training.checkpoint_interval as u64;
                     }
@@ -297,13 +350,28 @@ impl<'a> Run<'a> {
                     &config.environment.env_name,
                     config.training.eval_episodes,
                     &eval_search,
-                    config.other.seed.wrapping_add(1_000_003).wrapping_add(self.counters.env_steps),
+                    config
+                        .other
+                        .seed
+                        .wrapping_add(1_000_003)
+                        .wrapping_add(self.counters.env_steps),
                 )?;
                 let mean_return = eval.mean_return();
                 sink.scalar("eval/mean_return", mean_return, self.counters.env_steps);
-                sink.scalar("eval/std_return", eval.std_return(), self.counters.env_steps);
-                sink.scalar("eval/mean_length", eval.mean_length(), self.counters.env_steps);
-                let best = self.counters.best_eval_return.map_or(mean_return, |b| b.max(mean_return));
+                sink.scalar(
+                    "eval/std_return",
+                    eval.std_return(),
+                    self.counters.env_steps,
+                );
+                sink.scalar(
+                    "eval/mean_length",
+                    eval.mean_length(),
+                    self.counters.env_steps,
+                );
+                let best = self
+                    .counters
+                    .best_eval_return
+                    .map_or(mean_return, |b| b.max(mean_return));
                 self.counters.best_eval_return = Some(best);
                 let line = format!(
                     "eval @ {} env steps, {} training steps, {:.0}s: mean return {:.1} +- {:.1} over {} episodes",
@@ -319,8 +387,12 @@ impl<'a> Run<'a> {
                     None => eprintln!("{line}"),
                 }
                 self.last_eval = Some(eval);
-                if config.training.stop_return != 0.0 && mean_return >= config.training.stop_return {
-                    break format!("evaluation mean return {mean_return:.1} reached stop_return = {}", config.training.stop_return);
+                if config.training.stop_return != 0.0 && mean_return >= config.training.stop_return
+                {
+                    break format!(
+                        "evaluation mean return {mean_return:.1} reached stop_return = {}",
+                        config.training.stop_return
+                    );
                 }
             }
 
@@ -328,9 +400,21 @@ impl<'a> Run<'a> {
             if since >= 1.0 {
                 let env_rate = (self.counters.env_steps - env_steps_at_log) as f64 / since;
                 let train_rate = (self.counters.training_steps - train_steps_at_log) as f64 / since;
-                sink.scalar("throughput/env_steps_per_second", env_rate, self.counters.env_steps);
-                sink.scalar("throughput/training_steps_per_second", train_rate, self.counters.env_steps);
-                sink.scalar("replay/transitions", self.replay.num_transitions() as f64, self.counters.env_steps);
+                sink.scalar(
+                    "throughput/env_steps_per_second",
+                    env_rate,
+                    self.counters.env_steps,
+                );
+                sink.scalar(
+                    "throughput/training_steps_per_second",
+                    train_rate,
+                    self.counters.env_steps,
+                );
+                sink.scalar(
+                    "replay/transitions",
+                    self.replay.num_transitions() as f64,
+                    self.counters.env_steps,
+                );
                 if let Some(b) = &bar {
                     b.set_position(self.counters.env_steps);
                     b.set_message(format!(
@@ -359,7 +443,8 @@ impl<'a> Run<'a> {
             .replay
             .sample(self.config.training.batch_size, &mut self.sampler)?;
         let stats = self.learner.train_step(&batch)?;
-        self.replay.update_priorities(&batch.ids, &stats.priorities)?;
+        self.replay
+            .update_priorities(&batch.ids, &stats.priorities)?;
         self.counters.training_steps += 1;
         let step = self.counters.training_steps;
         if step.is_multiple_of(10) {
