@@ -97,25 +97,17 @@ pub struct Metadata {
 }
 
 impl Metadata {
-    /// The configuration the run was trained with.
+    /// The configuration the run was trained with, layered over this build's defaults (so a
+    /// checkpoint from before a key was added still loads, with that key's default).
     pub fn config(&self) -> Result<Config, CheckpointError> {
-        serde_json::from_value(normalised_config(&self.config)).map_err(|e| {
-            CheckpointError::Corrupt {
-                path: METADATA.into(),
-                reason: format!("stored configuration does not load: {e}"),
-            }
+        let sources = crate::config::ConfigSources {
+            text: Some(("the stored configuration".into(), self.config.to_string())),
+            ..Default::default()
+        };
+        Config::load(&sources).map_err(|e| CheckpointError::Corrupt {
+            path: METADATA.into(),
+            reason: format!("stored configuration does not load: {e}"),
         })
-    }
-}
-
-fn normalised_config(value: &serde_json::Value) -> serde_json::Value {
-    match value {
-        serde_json::Value::Object(map) => serde_json::Value::Object(
-            map.iter()
-                .map(|(k, v)| (crate::config::normalise_section_name(k), v.clone()))
-                .collect(),
-        ),
-        other => other.clone(),
     }
 }
 
@@ -401,6 +393,7 @@ mod tests {
             hidden_dim: 8,
             latent_dim: 4,
             num_blocks: 0,
+            conv_channels: 4,
             value_support: crate::support::Support::symmetric(3),
             reward_support: crate::support::Support::symmetric(1),
         }

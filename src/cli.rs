@@ -244,6 +244,10 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
             .map(|e| format!(" | last eval {:.1} +- {:.1}", e.mean_return(), e.std_return()))
             .unwrap_or_default()
     );
+    println!(
+        "time: self-play {:.1}s, training {:.1}s, evaluation {:.1}s",
+        summary.timing.self_play, summary.timing.training, summary.timing.evaluation
+    );
     println!("checkpoint: {}", summary.run_dir.display());
     Ok(())
 }

@@ -38,6 +38,7 @@ pub fn network_spec(config: &Config, env: &EnvInfo) -> NetworkSpec {
         hidden_dim: n.hidden_dim,
         latent_dim: n.latent_dim,
         num_blocks: n.num_blocks,
+        conv_channels: n.conv_channels,
         value_support: Support::symmetric(n.value_support_size as u32),
         reward_support: Support::symmetric(n.reward_support_size as u32),
     }

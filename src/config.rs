@@ -161,6 +161,9 @@ pub struct SelfPlayConfig {
     pub num_actors: usize,
     /// Bootstrap values from "root" (stored search values) or "target_network".
     pub value_target: String,
+    /// Long episodes enter the replay buffer in segments of this many transitions (0: whole
+    /// episodes only), so training sees fresh data while an episode goes on.
+    pub game_segment_length: usize,
 }
 
 /// "Memory": the replay buffer.

@@ -55,11 +55,18 @@ pub struct Actor {
     rng: StdRng,
     num_actions: usize,
     obs_len: usize,
+    segment_length: usize,
 }
 
 impl Actor {
-    /// `num_envs` copies of the named environment, seeded from `seed`.
-    pub fn new(env_name: &str, num_envs: usize, seed: u64) -> Result<Self, SelfPlayError> {
+    /// `num_envs` copies of the named environment, seeded from `seed`. Games longer than
+    /// `segment_length` transitions are handed over in segments of that length (0: whole games).
+    pub fn new(
+        env_name: &str,
+        num_envs: usize,
+        seed: u64,
+        segment_length: usize,
+    ) -> Result<Self, SelfPlayError> {
         let mut envs = VectorEnv::from_name(env_name, num_envs)?;
         let observations = envs.reset(Some(seed));
         let first = &envs.envs()[0];
@@ -78,6 +85,7 @@ impl Actor {
             rng: StdRng::seed_from_u64(seed ^ 0x5eed_a570),
             num_actions,
             obs_len,
+            segment_length,
         })
     }
 
@@ -159,10 +167,16 @@ impl Actor {
                     truncated_games.push(game);
                 }
                 step.finished_episodes.push(*stats);
+            } else if self.segment_length > 0 && self.games[i].len() >= self.segment_length {
+                // Hand long episodes to the replay buffer in segments, so fresh data arrives
+                // while the episode goes on; a segment is bootstrapped like a truncated game.
+                let fresh = GameHistory::new(self.obs_len, a, &next_obs, next_to_play);
+                truncated_games.push(std::mem::replace(&mut self.games[i], fresh));
             }
         }
         if !truncated_games.is_empty() {
-            // Bootstrap values of truncated games: the network's value of the final observation.
+            // Bootstrap values of truncated games and segments: the network's value of the
+            // final observation.
             let finals: Vec<f32> = truncated_games
                 .iter()
                 .flat_map(|g| g.observation(g.len()).to_vec())

@@ -8,10 +8,14 @@ fn readme() -> String {
 #[test]
 fn every_configuration_key_is_documented_with_its_default() {
     let readme = readme();
-    let defaults: serde_json::Value = serde_json::from_str(cumind::config::DEFAULT_CONFIGURATION).unwrap();
+    let defaults: serde_json::Value =
+        serde_json::from_str(cumind::config::DEFAULT_CONFIGURATION).unwrap();
     let mut missing = Vec::new();
     for (section, keys) in defaults.as_object().unwrap() {
-        assert!(readme.contains(&format!("**{section}**")), "section {section} missing");
+        assert!(
+            readme.contains(&format!("**{section}**")),
+            "section {section} missing"
+        );
         for (key, value) in keys.as_object().unwrap() {
             let row_start = format!("| `{key}` | ");
             let Some(pos) = readme.find(&row_start) else {
@@ -24,7 +28,10 @@ fn every_configuration_key_is_documented_with_its_default() {
                 serde_json::Value::String(s) => format!("\"{s}\""),
                 other => other.to_string(),
             };
-            assert!(row.contains(&format!(" {shown} ")), "README shows a stale default for {section}.{key} (expected {shown}): {row}");
+            assert!(
+                row.contains(&format!(" {shown} ")),
+                "README shows a stale default for {section}.{key} (expected {shown}): {row}"
+            );
         }
     }
     assert!(missing.is_empty(), "keys missing from README: {missing:?}");
@@ -36,5 +43,8 @@ fn ci_runs_the_readme_test_command() {
     let command = "cargo test --release --workspace";
     assert!(readme.contains(command));
     let ci = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/run")).unwrap();
-    assert!(ci.lines().any(|l| l.trim() == command), ".ci/run does not run `{command}`");
+    assert!(
+        ci.lines().any(|l| l.trim() == command),
+        ".ci/run does not run `{command}`"
+    );
 }

@@ -4,6 +4,7 @@
 //! construction (f32, bf16 or f16) and every output head is returned in f32, so losses are
 //! reduced in f32. The device arrives with the caller's choice; nothing here picks one.
 
+pub mod conv;
 pub mod layers;
 pub mod mlp;
 pub mod params;
@@ -54,6 +55,8 @@ pub struct NetworkSpec {
     pub hidden_dim: usize,
     pub latent_dim: usize,
     pub num_blocks: usize,
+    /// Channels of the conv trunks (used when observations are `[C, H, W]`).
+    pub conv_channels: usize,
     pub value_support: Support,
     pub reward_support: Support,
 }
@@ -63,6 +66,40 @@ impl NetworkSpec {
     pub fn obs_len(&self) -> usize {
         self.observation_shape.iter().product()
     }
+
+    /// Image-like observations `[C, H, W]` get the conv ResNet; everything else is flattened
+    /// into the MLP.
+    pub fn uses_conv(&self) -> bool {
+        self.observation_shape.len() == 3
+    }
+
+    /// Shape of one latent state: `[latent_dim]` (MLP) or `[conv_channels, H, W]` (conv).
+    pub fn latent_shape(&self) -> Vec<usize> {
+        if self.uses_conv() {
+            vec![
+                self.conv_channels,
+                self.observation_shape[1],
+                self.observation_shape[2],
+            ]
+        } else {
+            vec![self.latent_dim]
+        }
+    }
+}
+
+/// The three networks, in the architecture the observations call for.
+#[derive(Clone)]
+enum Architecture {
+    Mlp {
+        representation: mlp::Representation,
+        dynamics: mlp::Dynamics,
+        prediction: mlp::Prediction,
+    },
+    Conv {
+        representation: conv::ConvRepresentation,
+        dynamics: conv::ConvDynamics,
+        prediction: conv::ConvPrediction,
+    },
 }
 
 /// Parse a configured compute dtype (`auto` resolves by device: bf16 on CUDA, f32 on the CPU,
@@ -83,9 +120,7 @@ pub struct MuZeroNetwork {
     spec: NetworkSpec,
     params: Params,
     dtype: DType,
-    representation: mlp::Representation,
-    dynamics: mlp::Dynamics,
-    prediction: mlp::Prediction,
+    architecture: Architecture,
 }
 
 impl MuZeroNetwork {
@@ -110,16 +145,24 @@ impl MuZeroNetwork {
     }
 
     fn build(spec: NetworkSpec, mut pb: ParamBuilder, dtype: DType) -> Result<Self, NetworkError> {
-        let representation = mlp::Representation::new(&mut pb, &spec)?;
-        let dynamics = mlp::Dynamics::new(&mut pb, &spec)?;
-        let prediction = mlp::Prediction::new(&mut pb, &spec)?;
+        let architecture = if spec.uses_conv() {
+            Architecture::Conv {
+                representation: conv::ConvRepresentation::new(&mut pb, &spec)?,
+                dynamics: conv::ConvDynamics::new(&mut pb, &spec)?,
+                prediction: conv::ConvPrediction::new(&mut pb, &spec)?,
+            }
+        } else {
+            Architecture::Mlp {
+                representation: mlp::Representation::new(&mut pb, &spec)?,
+                dynamics: mlp::Dynamics::new(&mut pb, &spec)?,
+                prediction: mlp::Prediction::new(&mut pb, &spec)?,
+            }
+        };
         Ok(Self {
             spec,
             params: pb.finish()?,
             dtype,
-            representation,
-            dynamics,
-            prediction,
+            architecture,
         })
     }
 
@@ -148,7 +191,7 @@ impl MuZeroNetwork {
     /// Observations as a tensor in the compute dtype.
     ///
     /// # Shapes
-    /// `observations`: `[B * obs_len]` -> `[B, obs_len]`.
+    /// `observations`: `[B * obs_len]` -> `[B, obs_len]`, or `[B, C, H, W]` for the conv net.
     pub fn observation_tensor(&self, observations: &[f32]) -> Result<Tensor, NetworkError> {
         let per = self.spec.obs_len();
         if per == 0 || !observations.len().is_multiple_of(per) {
@@ -159,7 +202,13 @@ impl MuZeroNetwork {
             });
         }
         let b = observations.len() / per;
-        Ok(Tensor::from_slice(observations, (b, per), self.device())?.to_dtype(self.dtype)?)
+        let mut shape = vec![b];
+        if self.spec.uses_conv() {
+            shape.extend(&self.spec.observation_shape);
+        } else {
+            shape.push(per);
+        }
+        Ok(Tensor::from_slice(observations, shape, self.device())?.to_dtype(self.dtype)?)
     }
 
     /// One-hot actions in the compute dtype, `[B, A]`.
@@ -178,24 +227,33 @@ impl MuZeroNetwork {
         Ok(Tensor::from_vec(one_hot, (actions.len(), a), self.device())?.to_dtype(self.dtype)?)
     }
 
-    /// h: observations `[B, obs_len]` -> latent `[B, latent_dim]`.
+    /// h: observations -> latent `[B, ...latent_shape]`.
     pub fn represent(&self, observations: &Tensor) -> Result<Tensor, NetworkError> {
-        Ok(self.representation.forward(observations)?)
+        Ok(match &self.architecture {
+            Architecture::Mlp { representation, .. } => representation.forward(observations)?,
+            Architecture::Conv { representation, .. } => representation.forward(observations)?,
+        })
     }
 
-    /// g: (latent `[B, L]`, one-hot actions `[B, A]`) -> (latent `[B, L]`, reward logits `[B, R]` f32).
+    /// g: (latent `[B, ...]`, one-hot actions `[B, A]`) -> (latent `[B, ...]`, reward logits `[B, R]` f32).
     pub fn dynamics(
         &self,
         latent: &Tensor,
         actions: &Tensor,
     ) -> Result<(Tensor, Tensor), NetworkError> {
-        let (next, reward) = self.dynamics.forward(latent, actions)?;
+        let (next, reward) = match &self.architecture {
+            Architecture::Mlp { dynamics, .. } => dynamics.forward(latent, actions)?,
+            Architecture::Conv { dynamics, .. } => dynamics.forward(latent, actions)?,
+        };
         Ok((next, reward.to_dtype(DType::F32)?))
     }
 
-    /// f: latent `[B, L]` -> (policy logits `[B, A]` f32, value logits `[B, V]` f32).
+    /// f: latent `[B, ...]` -> (policy logits `[B, A]` f32, value logits `[B, V]` f32).
     pub fn predict(&self, latent: &Tensor) -> Result<(Tensor, Tensor), NetworkError> {
-        let (policy, value) = self.prediction.forward(latent)?;
+        let (policy, value) = match &self.architecture {
+            Architecture::Mlp { prediction, .. } => prediction.forward(latent)?,
+            Architecture::Conv { prediction, .. } => prediction.forward(latent)?,
+        };
         Ok((policy.to_dtype(DType::F32)?, value.to_dtype(DType::F32)?))
     }
 }

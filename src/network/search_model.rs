@@ -106,13 +106,9 @@ impl Model for SearchModel<'_> {
         let obs = self.network.observation_tensor(observations)?;
         let latent = self.network.represent(&obs)?;
         let (policy, value) = self.network.predict(&latent)?;
-        let latent_dim = latent.dim(1).map_err(backend)?;
-        let buffer = Tensor::zeros(
-            (capacity.max(1) * batch, latent_dim),
-            latent.dtype(),
-            latent.device(),
-        )
-        .map_err(backend)?;
+        let mut shape = vec![capacity.max(1) * batch];
+        shape.extend(self.network.spec().latent_shape());
+        let buffer = Tensor::zeros(shape, latent.dtype(), latent.device()).map_err(backend)?;
         buffer
             .slice_set(&latent.contiguous().map_err(backend)?, 0, 0)
             .map_err(backend)?;
@@ -155,5 +151,119 @@ impl Model for SearchModel<'_> {
             .slice_set(&next.contiguous().map_err(backend)?, 0, new_node * b)
             .map_err(backend)?;
         self.outputs(&policy, &value, Some(&reward))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::network::NetworkSpec;
+    use crate::search::{run_search, SearchConfig, SearchPolicy};
+    use crate::support::Support;
+    use candle_core::{DType, Device};
+    use rand::SeedableRng;
+
+    fn spec(shape: Vec<usize>) -> NetworkSpec {
+        NetworkSpec {
+            observation_shape: shape,
+            num_actions: 3,
+            hidden_dim: 8,
+            latent_dim: 6,
+            num_blocks: 1,
+            conv_channels: 4,
+            value_support: Support::symmetric(4),
+            reward_support: Support::symmetric(2),
+        }
+    }
+
+    fn search(policy: SearchPolicy) -> SearchConfig {
+        SearchConfig {
+            num_simulations: 12,
+            discount: 0.9,
+            c1: 1.25,
+            c2: 19652.0,
+            dirichlet_alpha: 0.3,
+            exploration_fraction: 0.25,
+            two_player: false,
+            policy,
+        }
+    }
+
+    /// The search over a real network: latents stay in the buffer, the tree sees scalars, and
+    /// the stored latent of a node equals the dynamics applied to its parent's latent.
+    #[test]
+    fn searches_mlp_and_conv_networks() {
+        for shape in [vec![5], vec![2, 3, 3]] {
+            let net = MuZeroNetwork::new(spec(shape.clone()), 1, &Device::Cpu, DType::F32).unwrap();
+            let per: usize = shape.iter().product();
+            let batch = 4;
+            let obs: Vec<f32> = (0..batch * per).map(|i| (i as f32 * 0.37).sin()).collect();
+            let masks = vec![true; batch * 3];
+            for policy in [
+                SearchPolicy::Puct,
+                SearchPolicy::Gumbel {
+                    max_considered_actions: 3,
+                    c_visit: 50.0,
+                    c_scale: 1.0,
+                },
+            ] {
+                let mut model = SearchModel::new(&net);
+                let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+                let out = run_search(
+                    &mut model,
+                    &search(policy),
+                    &obs,
+                    batch,
+                    &masks,
+                    true,
+                    &mut rng,
+                )
+                .unwrap();
+                assert_eq!(out.visit_counts.len(), batch * 3);
+                assert!(out.root_values.iter().all(|v| v.is_finite()));
+                for b in 0..batch {
+                    let visits: u32 = out.visit_counts[b * 3..(b + 1) * 3].iter().sum();
+                    assert_eq!(visits, 12, "shape {shape:?}");
+                }
+            }
+            // Node 1 of tree b holds dynamics(root latent of b, action).
+            let mut model = SearchModel::new(&net);
+            model.initial_inference(&obs, batch, 3).unwrap();
+            model
+                .recurrent_inference(&[0, 0, 0, 0], &[0, 1, 2, 0], 1)
+                .unwrap();
+            let roots = net
+                .represent(&net.observation_tensor(&obs).unwrap())
+                .unwrap();
+            let (expected, _) = net
+                .dynamics(&roots, &net.action_tensor(&[0, 1, 2, 0]).unwrap())
+                .unwrap();
+            let stored = model
+                .latents
+                .as_ref()
+                .unwrap()
+                .narrow(0, batch, batch)
+                .unwrap();
+            let diff = (stored - expected)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            assert!(diff < 1e-6, "stored latent differs by {diff}");
+        }
+    }
+
+    #[test]
+    fn wrong_observation_length_is_an_error() {
+        let net = MuZeroNetwork::new(spec(vec![5]), 1, &Device::Cpu, DType::F32).unwrap();
+        let mut model = SearchModel::new(&net);
+        let err = model
+            .initial_inference(&[0.0; 9], 2, 4)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("9") && err.contains("10"), "{err}");
     }
 }

@@ -42,8 +42,9 @@ pub fn puct_score(
 /// The child of `node` with the highest pUCT score, among the `legal` actions when given.
 ///
 /// Reads the edge statistics of `node`'s row (`Q` as backed up by [`Tree::backup`], with the
-/// search's discount and sign). Ties (and NaN scores) resolve to the lowest allowed action
-/// index. Returns 0 if no action is allowed (callers guarantee at least one).
+/// search's discount and sign). Ties resolve to the lowest allowed action index; NaN scores
+/// never win (if every score is NaN, the lowest allowed index). Returns 0 if no action is
+/// allowed (callers guarantee at least one).
 pub fn select_child(
     tree: &Tree,
     node: usize,
@@ -52,8 +53,6 @@ pub fn select_child(
     c2: f32,
     legal: Option<&[bool]>,
 ) -> usize {
-    // Scores are computed chunk by chunk in a branch-free (vectorisable) loop, then scanned.
-    const CHUNK: usize = 64;
     let factor = exploration_factor(tree.visits(node), c1, c2);
     // `stats.normalize` as `(q - lo) / range`: bit-identical in both of its cases.
     let (lo, range) = if stats.max > stats.min {
@@ -64,34 +63,36 @@ pub fn select_child(
     let priors = tree.priors(node);
     let visits = tree.children_visits(node);
     let qs = tree.children_q(node);
-    let mut scores = [0.0f32; CHUNK];
-    let mut best = usize::MAX;
+    // An unvisited child scores exactly `P * factor` (Q term 0, divided by 1): most children
+    // are unvisited, so only visited ones pay for the division.
+    let score = |a: usize| match visits[a] {
+        0 => priors[a] * factor,
+        n => (qs[a] - lo) / range + priors[a] * factor / (1.0 + n as f32),
+    };
     let mut best_score = f32::NEG_INFINITY;
-    for start in (0..priors.len()).step_by(CHUNK) {
-        let end = (start + CHUNK).min(priors.len());
-        let scores = &mut scores[..end - start];
-        let (p, n, q) = (&priors[start..end], &visits[start..end], &qs[start..end]);
-        for i in 0..scores.len() {
-            // Visit counts stay far below 2^31, so the signed conversion is exact.
-            let visited = n[i] as i32 as f32;
-            let q_term = if n[i] > 0 { (q[i] - lo) / range } else { 0.0 };
-            scores[i] = q_term + p[i] * factor / (1.0 + visited);
-        }
-        for (i, &score) in scores.iter().enumerate() {
-            let a = start + i;
-            if legal.is_some_and(|m| !m[a]) {
-                continue;
+    match legal {
+        None => {
+            let mut best = 0;
+            for a in 0..priors.len() {
+                let s = score(a);
+                if s > best_score {
+                    best = a;
+                    best_score = s;
+                }
             }
-            if best == usize::MAX || score > best_score {
-                best = a;
-                best_score = score;
-            }
+            best
         }
-    }
-    if best == usize::MAX {
-        0
-    } else {
-        best
+        Some(mask) => {
+            let mut best = mask.iter().position(|&ok| ok).unwrap_or(0);
+            for (a, _) in mask.iter().enumerate().filter(|(_, &ok)| ok) {
+                let s = score(a);
+                if s > best_score {
+                    best = a;
+                    best_score = s;
+                }
+            }
+            best
+        }
     }
 }
 

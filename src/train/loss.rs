@@ -129,6 +129,7 @@ mod tests {
             hidden_dim: 16,
             latent_dim: 8,
             num_blocks: 1,
+            conv_channels: 4,
             value_support: Support::symmetric(5),
             reward_support: Support::symmetric(2),
         }
@@ -136,6 +137,10 @@ mod tests {
 
     /// A buffer of random games with non-trivial rewards, values and policies.
     fn buffer(seed: u64) -> ReplayBuffer {
+        buffer_with(seed, 4)
+    }
+
+    fn buffer_with(seed: u64, obs_len: usize) -> ReplayBuffer {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let mut replay = ReplayBuffer::new(ReplayConfig {
             capacity: 1000,
@@ -148,10 +153,10 @@ mod tests {
             two_player: false,
         });
         for g in 0..6 {
-            let obs: Vec<f32> = (0..4).map(|_| rng.random_range(-1.0..1.0)).collect();
-            let mut game = GameHistory::new(4, 3, &obs, 0);
+            let obs: Vec<f32> = (0..obs_len).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let mut game = GameHistory::new(obs_len, 3, &obs, 0);
             for _ in 0..(5 + g) {
-                let next: Vec<f32> = (0..4).map(|_| rng.random_range(-1.0..1.0)).collect();
+                let next: Vec<f32> = (0..obs_len).map(|_| rng.random_range(-1.0..1.0)).collect();
                 let mut policy: Vec<f32> = (0..3).map(|_| rng.random_range(0.1..1.0)).collect();
                 let total: f32 = policy.iter().sum();
                 policy.iter_mut().for_each(|p| *p /= total);
@@ -172,8 +177,22 @@ mod tests {
 
     #[test]
     fn every_parameter_receives_a_nonzero_gradient() {
-        let net = MuZeroNetwork::new(spec(), 3, &Device::Cpu, DType::F32).unwrap();
-        let replay = buffer(1);
+        all_parameters_get_gradients(spec(), buffer(1));
+    }
+
+    #[test]
+    fn conv_network_parameters_all_receive_gradients() {
+        let conv = NetworkSpec {
+            observation_shape: vec![2, 3, 4],
+            ..spec()
+        };
+        assert!(conv.uses_conv());
+        assert_eq!(conv.latent_shape(), vec![4, 3, 4]);
+        all_parameters_get_gradients(conv, buffer_with(11, 24));
+    }
+
+    fn all_parameters_get_gradients(spec: NetworkSpec, replay: ReplayBuffer) {
+        let net = MuZeroNetwork::new(spec, 3, &Device::Cpu, DType::F32).unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(2);
         let batch = replay.sample(16, &mut rng).unwrap();
         // The last layers of the value and reward heads start at zero, so the layers before

@@ -53,6 +53,8 @@ pub struct RunSummary {
     pub stop_reason: String,
     /// Mean return of the last (up to) 20 training episodes.
     pub recent_return: f64,
+    /// Where this segment's time went.
+    pub timing: Timing,
 }
 
 /// The training loop's state.
@@ -67,6 +69,15 @@ struct Run<'a> {
     recent_returns: VecDeque<f64>,
     last_stats: Option<TrainStats>,
     last_eval: Option<Evaluation>,
+    timing: Timing,
+}
+
+/// Wall-clock seconds spent in each phase of this segment of the run.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Timing {
+    pub self_play: f64,
+    pub training: f64,
+    pub evaluation: f64,
 }
 
 /// The run's name: the resumed run's directory name, else `other.run_name`, else the
@@ -122,6 +133,7 @@ pub fn train(
         run_dir: run.run_dir.clone(),
         stop_reason,
         recent_return: mean(&run.recent_returns),
+        timing: run.timing,
     })
 }
 
@@ -190,6 +202,7 @@ impl<'a> Run<'a> {
             recent_returns: VecDeque::new(),
             last_stats: None,
             last_eval: None,
+            timing: Timing::default(),
         })
     }
 
@@ -255,6 +268,7 @@ impl<'a> Run<'a> {
             &config.environment.env_name,
             config.environment.num_envs,
             seed,
+            config.self_play.game_segment_length,
         )?;
         let min_replay = config.min_replay_transitions();
         let ratio = config.training.train_ratio;
@@ -283,7 +297,9 @@ impl<'a> Run<'a> {
                 break reason;
             }
             let temperature = config.temperature_at(self.progress()) as f32;
+            let clock = Instant::now();
             let step = actor.step(self.learner.network(), &search, temperature)?;
+            self.timing.self_play += clock.elapsed().as_secs_f64();
             self.counters.env_steps += step.env_steps as u64;
             for game in step.finished_games {
                 self.replay.save_game(game)?;
@@ -328,7 +344,9 @@ impl<'a> Run<'a> {
                 let owed = trained_at_warm
                     + ((self.counters.env_steps - warm) as f64 * ratio).ceil() as u64;
                 while self.counters.training_steps < owed {
+                    let clock = Instant::now();
                     self.train_once(sink)?;
+                    self.timing.training += clock.elapsed().as_secs_f64();
                     if self.counters.training_steps >= next_checkpoint && !options.no_checkpoints {
                         self.counters.elapsed_seconds =
                             elapsed_before + segment_start.elapsed().as_secs_f64();
@@ -345,6 +363,7 @@ impl<'a> Run<'a> {
 
             if config.training.eval_interval > 0 && self.counters.env_steps >= next_eval {
                 next_eval += config.training.eval_interval as u64;
+                let clock = Instant::now();
                 let eval = evaluate(
                     self.learner.network(),
                     &config.environment.env_name,
@@ -356,6 +375,7 @@ impl<'a> Run<'a> {
                         .wrapping_add(1_000_003)
                         .wrapping_add(self.counters.env_steps),
                 )?;
+                self.timing.evaluation += clock.elapsed().as_secs_f64();
                 let mean_return = eval.mean_return();
                 sink.scalar("eval/mean_return", mean_return, self.counters.env_steps);
                 sink.scalar(

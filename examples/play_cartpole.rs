@@ -1,0 +1,35 @@
+//! Load a trained CartPole agent and play episodes with `Agent::select_action`.
+//!
+//! ```sh
+//! cargo run --release -- train                     # writes checkpoints/<run-name>/
+//! cargo run --release --example play_cartpole -- checkpoints/<run-name> 5
+//! ```
+
+use cumind::agent::Agent;
+use cumind::envs::{make, Environment};
+
+fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let checkpoint = args
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("usage: play_cartpole CHECKPOINT_DIR [EPISODES]"))?;
+    let episodes: u64 = args.next().map(|s| s.parse()).transpose()?.unwrap_or(3);
+
+    let mut agent = Agent::load(&checkpoint)?;
+    let mut env: Box<dyn Environment> = make(&agent.config().environment.env_name)?;
+    for episode in 0..episodes {
+        let (mut observation, _) = env.reset(Some(episode));
+        let mut total = 0.0;
+        loop {
+            let action = agent.select_action(&observation, false)?;
+            let step = env.step(action)?;
+            total += step.reward;
+            observation = step.observation;
+            if step.terminated || step.truncated {
+                break;
+            }
+        }
+        println!("episode {episode}: return {total}");
+    }
+    Ok(())
+}

@@ -1,0 +1,204 @@
+//! The library API: load a trained agent and ask it for actions.
+//!
+//! ```no_run
+//! use cumind::agent::Agent;
+//! let mut agent = Agent::load("checkpoints/CartPole-v1-1700000000").unwrap();
+//! let action = agent.select_action(&[0.01, 0.0, -0.02, 0.0], false).unwrap();
+//! assert!(action < agent.num_actions());
+//! ```
+
+use std::path::Path;
+
+use candle_core::Device;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use thiserror::Error;
+
+use crate::checkpoint::{self, CheckpointError};
+use crate::components::{self, EnvInfo};
+use crate::config::Config;
+use crate::network::{compute_dtype, MuZeroNetwork, NetworkError, SearchModel};
+use crate::search::{run_search, select_action, SearchConfig, SearchError};
+
+/// Errors of the library API.
+#[derive(Debug, Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("the checkpoint's environment `{0}` is not known to this build")]
+    UnknownEnvironment(String),
+    #[error("network: {0}")]
+    Network(#[from] NetworkError),
+    #[error("search: {0}")]
+    Search(#[from] SearchError),
+    #[error(
+        "observation {index} has {got} values, expected {expected} (observation shape {shape:?})"
+    )]
+    ObservationShape {
+        index: usize,
+        got: usize,
+        expected: usize,
+        shape: Vec<usize>,
+    },
+    #[error("legal-action mask {index} has {got} entries, expected {expected} (one per action)")]
+    MaskShape {
+        index: usize,
+        got: usize,
+        expected: usize,
+    },
+    #[error("{got} legal-action masks for {expected} observations")]
+    MaskCount { got: usize, expected: usize },
+}
+
+/// A trained agent: its network and search configuration.
+pub struct Agent {
+    network: MuZeroNetwork,
+    config: Config,
+    search: SearchConfig,
+    env: EnvInfo,
+    rng: StdRng,
+}
+
+impl Agent {
+    /// Load the latest checkpoint of a run directory (or a `step-*` directory) on the CPU.
+    pub fn load(dir: impl AsRef<Path>) -> Result<Self, AgentError> {
+        Self::load_on(dir, &Device::Cpu)
+    }
+
+    /// Load onto `device`.
+    pub fn load_on(dir: impl AsRef<Path>, device: &Device) -> Result<Self, AgentError> {
+        let (meta, tensors) = checkpoint::load_model(dir.as_ref(), device)?;
+        let config = meta.config()?;
+        EnvInfo::of(&config)
+            .map_err(|_| AgentError::UnknownEnvironment(config.environment.env_name.clone()))?;
+        let dtype = compute_dtype(&config.data_types.model_dtype, device);
+        let network = MuZeroNetwork::from_tensors(meta.network.clone(), tensors, device, dtype)?;
+        Ok(Self::from_network(network, config))
+    }
+
+    /// Wrap an in-memory network trained with `config`.
+    pub fn from_network(network: MuZeroNetwork, config: Config) -> Self {
+        let env = EnvInfo {
+            observation_shape: network.spec().observation_shape.clone(),
+            num_actions: network.spec().num_actions,
+            num_players: EnvInfo::of(&config).map(|e| e.num_players).unwrap_or(1),
+        };
+        let search = components::search_config(&config, &env);
+        let rng = StdRng::seed_from_u64(config.other.seed);
+        Self {
+            network,
+            config,
+            search,
+            env,
+            rng,
+        }
+    }
+
+    pub fn num_actions(&self) -> usize {
+        self.env.num_actions
+    }
+
+    pub fn observation_shape(&self) -> &[usize] {
+        &self.env.observation_shape
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn network(&self) -> &MuZeroNetwork {
+        &self.network
+    }
+
+    /// Reseed the agent's random stream (noise and sampling when `training`).
+    pub fn seed(&mut self, seed: u64) {
+        self.rng = StdRng::seed_from_u64(seed);
+    }
+
+    /// Search from `observation` and pick an action. `training = false`: no root noise, most
+    /// visited action (greedy); `training = true`: root noise and sampling at temperature 1.
+    /// Every action is taken to be legal; use [`Agent::select_actions_masked`] for games.
+    pub fn select_action(
+        &mut self,
+        observation: &[f32],
+        training: bool,
+    ) -> Result<usize, AgentError> {
+        Ok(self.select_actions(&[observation], training)?[0])
+    }
+
+    /// Batched form: one search for all observations.
+    pub fn select_actions(
+        &mut self,
+        observations: &[&[f32]],
+        training: bool,
+    ) -> Result<Vec<usize>, AgentError> {
+        let masks = vec![vec![true; self.env.num_actions]; observations.len()];
+        let masks: Vec<&[bool]> = masks.iter().map(Vec::as_slice).collect();
+        self.select_actions_masked(observations, &masks, training)
+    }
+
+    /// Batched form with one legal-action mask per observation (`true` = legal).
+    pub fn select_actions_masked(
+        &mut self,
+        observations: &[&[f32]],
+        legal_masks: &[&[bool]],
+        training: bool,
+    ) -> Result<Vec<usize>, AgentError> {
+        let expected: usize = self.env.observation_shape.iter().product();
+        let a = self.env.num_actions;
+        if legal_masks.len() != observations.len() {
+            return Err(AgentError::MaskCount {
+                got: legal_masks.len(),
+                expected: observations.len(),
+            });
+        }
+        for (index, obs) in observations.iter().enumerate() {
+            if obs.len() != expected {
+                return Err(AgentError::ObservationShape {
+                    index,
+                    got: obs.len(),
+                    expected,
+                    shape: self.env.observation_shape.clone(),
+                });
+            }
+        }
+        for (index, mask) in legal_masks.iter().enumerate() {
+            if mask.len() != a {
+                return Err(AgentError::MaskShape {
+                    index,
+                    got: mask.len(),
+                    expected: a,
+                });
+            }
+        }
+        if observations.is_empty() {
+            return Ok(Vec::new());
+        }
+        let flat: Vec<f32> = observations.concat();
+        let masks: Vec<bool> = legal_masks.concat();
+        let mut model = SearchModel::new(&self.network);
+        let out = run_search(
+            &mut model,
+            &self.search,
+            &flat,
+            observations.len(),
+            &masks,
+            training,
+            &mut self.rng,
+        )?;
+        let temperature = if training { 1.0 } else { 0.0 };
+        Ok(match &out.gumbel_actions {
+            Some(actions) => actions.clone(),
+            None => (0..observations.len())
+                .map(|i| {
+                    select_action(
+                        &out.visit_counts[i * a..(i + 1) * a],
+                        &masks[i * a..(i + 1) * a],
+                        temperature,
+                        &mut self.rng,
+                    )
+                })
+                .collect(),
+        })
+    }
+}

@@ -1,0 +1,299 @@
+//! Representation, dynamics and prediction networks for image-like observations `[C, H, W]`
+//! (board planes): a small conv ResNet whose latent state keeps the board's spatial shape.
+
+use candle_core::{DType, Tensor, D};
+
+use super::layers::{cast, min_max_scale, Linear};
+use super::params::ParamBuilder;
+use super::{NetworkError, NetworkSpec};
+
+/// 2-D convolution with f32 weights, "same" padding. On the CPU candle has no reduced-precision
+/// conv, so the convolution itself runs in f32 there and the result is cast back.
+#[derive(Clone, Debug)]
+pub struct Conv2d {
+    weight: Tensor,
+    bias: Tensor,
+    padding: usize,
+}
+
+impl Conv2d {
+    pub fn new(
+        pb: &mut ParamBuilder,
+        name: &str,
+        input: usize,
+        output: usize,
+        kernel: usize,
+    ) -> Result<Self, NetworkError> {
+        let bound = 1.0 / ((input * kernel * kernel) as f32).sqrt();
+        pb.push(name);
+        let weight = pb.uniform("weight", &[output, input, kernel, kernel], bound);
+        let bias = pb.uniform("bias", &[output], bound);
+        pb.pop();
+        Ok(Self {
+            weight: weight?,
+            bias: bias?,
+            padding: kernel / 2,
+        })
+    }
+
+    /// # Shapes
+    /// `x`: `[B, in, H, W]` -> `[B, out, H, W]`, in `x`'s dtype.
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let dtype = x.dtype();
+        let compute = if x.device().is_cpu() {
+            DType::F32
+        } else {
+            dtype
+        };
+        let y = cast(x, compute)?.conv2d(&cast(&self.weight, compute)?, self.padding, 1, 1, 1)?;
+        let y = y.broadcast_add(&cast(&self.bias, compute)?.reshape((1, (), 1, 1))?)?;
+        cast(&y, dtype)
+    }
+}
+
+/// Normalisation over (C, H, W) of each sample with a per-channel scale and shift, in f32.
+#[derive(Clone, Debug)]
+pub struct PlaneNorm {
+    gamma: Tensor,
+    beta: Tensor,
+}
+
+impl PlaneNorm {
+    pub fn new(pb: &mut ParamBuilder, name: &str, channels: usize) -> Result<Self, NetworkError> {
+        pb.push(name);
+        let gamma = pb.constant("weight", &[channels], 1.0);
+        let beta = pb.constant("bias", &[channels], 0.0);
+        pb.pop();
+        Ok(Self {
+            gamma: gamma?,
+            beta: beta?,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let dtype = x.dtype();
+        let dims = x.dims().to_vec();
+        let flat = cast(x, DType::F32)?.flatten_from(1)?;
+        let mean = flat.mean_keepdim(D::Minus1)?;
+        let centred = flat.broadcast_sub(&mean)?;
+        let var = centred.sqr()?.mean_keepdim(D::Minus1)?;
+        let normed = centred
+            .broadcast_div(&(var + 1e-5)?.sqrt()?)?
+            .reshape(dims)?;
+        let out = normed
+            .broadcast_mul(&self.gamma.reshape((1, (), 1, 1))?)?
+            .broadcast_add(&self.beta.reshape((1, (), 1, 1))?)?;
+        cast(&out, dtype)
+    }
+}
+
+/// conv3x3 -> norm -> relu -> conv3x3 -> norm, plus the input, then relu.
+#[derive(Clone, Debug)]
+pub struct ResConvBlock {
+    conv1: Conv2d,
+    norm1: PlaneNorm,
+    conv2: Conv2d,
+    norm2: PlaneNorm,
+}
+
+impl ResConvBlock {
+    pub fn new(pb: &mut ParamBuilder, name: &str, channels: usize) -> Result<Self, NetworkError> {
+        pb.push(name);
+        let conv1 = Conv2d::new(pb, "conv1", channels, channels, 3);
+        let norm1 = PlaneNorm::new(pb, "norm1", channels);
+        let conv2 = Conv2d::new(pb, "conv2", channels, channels, 3);
+        let norm2 = PlaneNorm::new(pb, "norm2", channels);
+        pb.pop();
+        Ok(Self {
+            conv1: conv1?,
+            norm1: norm1?,
+            conv2: conv2?,
+            norm2: norm2?,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let h = self.norm1.forward(&self.conv1.forward(x)?)?.relu()?;
+        let h = self.norm2.forward(&self.conv2.forward(&h)?)?;
+        (x + h)?.relu()
+    }
+}
+
+/// conv3x3 (in -> channels) -> norm -> relu, then residual blocks.
+#[derive(Clone, Debug)]
+pub struct ConvTrunk {
+    input: Conv2d,
+    norm: PlaneNorm,
+    blocks: Vec<ResConvBlock>,
+}
+
+impl ConvTrunk {
+    pub fn new(
+        pb: &mut ParamBuilder,
+        name: &str,
+        input: usize,
+        channels: usize,
+        num_blocks: usize,
+    ) -> Result<Self, NetworkError> {
+        pb.push(name);
+        let conv = Conv2d::new(pb, "input", input, channels, 3);
+        let norm = PlaneNorm::new(pb, "norm", channels);
+        let blocks: Result<Vec<_>, _> = (0..num_blocks)
+            .map(|i| ResConvBlock::new(pb, &format!("block{i}"), channels))
+            .collect();
+        pb.pop();
+        Ok(Self {
+            input: conv?,
+            norm: norm?,
+            blocks: blocks?,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let mut h = self.norm.forward(&self.input.forward(x)?)?.relu()?;
+        for block in &self.blocks {
+            h = block.forward(&h)?;
+        }
+        Ok(h)
+    }
+}
+
+fn board(spec: &NetworkSpec) -> (usize, usize, usize) {
+    let s = &spec.observation_shape;
+    (s[0], s[1], s[2])
+}
+
+/// h(obs `[B, C, H, W]`) -> latent `[B, channels, H, W]`.
+#[derive(Clone, Debug)]
+pub struct ConvRepresentation {
+    trunk: ConvTrunk,
+}
+
+impl ConvRepresentation {
+    pub fn new(pb: &mut ParamBuilder, spec: &NetworkSpec) -> Result<Self, NetworkError> {
+        let (c, _, _) = board(spec);
+        pb.push("representation");
+        let trunk = ConvTrunk::new(pb, "trunk", c, spec.conv_channels, spec.num_blocks);
+        pb.pop();
+        Ok(Self { trunk: trunk? })
+    }
+
+    pub fn forward(&self, obs: &Tensor) -> candle_core::Result<Tensor> {
+        min_max_scale(&self.trunk.forward(obs)?)
+    }
+}
+
+/// g(latent, action planes) -> (latent', reward logits).
+#[derive(Clone, Debug)]
+pub struct ConvDynamics {
+    trunk: ConvTrunk,
+    reward_conv: Conv2d,
+    reward_hidden: Linear,
+    reward_out: Linear,
+    board: (usize, usize),
+}
+
+impl ConvDynamics {
+    pub fn new(pb: &mut ParamBuilder, spec: &NetworkSpec) -> Result<Self, NetworkError> {
+        let (_, h, w) = board(spec);
+        let ch = spec.conv_channels;
+        pb.push("dynamics");
+        let trunk = ConvTrunk::new(pb, "trunk", ch + spec.num_actions, ch, spec.num_blocks);
+        let reward_conv = Conv2d::new(pb, "reward_conv", ch, 1, 1);
+        let reward_hidden = Linear::new(pb, "reward_hidden", h * w, spec.hidden_dim, false);
+        let reward_out = Linear::new(
+            pb,
+            "reward_out",
+            spec.hidden_dim,
+            spec.reward_support.size(),
+            true,
+        );
+        pb.pop();
+        Ok(Self {
+            trunk: trunk?,
+            reward_conv: reward_conv?,
+            reward_hidden: reward_hidden?,
+            reward_out: reward_out?,
+            board: (h, w),
+        })
+    }
+
+    /// # Shapes
+    /// `latent`: `[B, ch, H, W]`, `action_one_hot`: `[B, A]` (broadcast to A constant planes).
+    pub fn forward(
+        &self,
+        latent: &Tensor,
+        action_one_hot: &Tensor,
+    ) -> candle_core::Result<(Tensor, Tensor)> {
+        let (b, a) = action_one_hot.dims2()?;
+        let (h, w) = self.board;
+        let planes = action_one_hot
+            .reshape((b, a, 1, 1))?
+            .broadcast_as((b, a, h, w))?
+            .contiguous()?;
+        let x = Tensor::cat(&[latent, &planes], 1)?;
+        let hidden = self.trunk.forward(&x)?;
+        let next = min_max_scale(&hidden)?;
+        let r = self.reward_conv.forward(&hidden)?.relu()?.flatten_from(1)?;
+        let reward = self
+            .reward_out
+            .forward(&self.reward_hidden.forward(&r)?.relu()?)?;
+        Ok((next, reward))
+    }
+}
+
+/// f(latent) -> (policy logits, value logits).
+#[derive(Clone, Debug)]
+pub struct ConvPrediction {
+    blocks: Vec<ResConvBlock>,
+    policy_conv: Conv2d,
+    policy_out: Linear,
+    value_conv: Conv2d,
+    value_hidden: Linear,
+    value_out: Linear,
+}
+
+impl ConvPrediction {
+    pub fn new(pb: &mut ParamBuilder, spec: &NetworkSpec) -> Result<Self, NetworkError> {
+        let (_, h, w) = board(spec);
+        let ch = spec.conv_channels;
+        pb.push("prediction");
+        let blocks: Result<Vec<_>, _> = (0..spec.num_blocks)
+            .map(|i| ResConvBlock::new(pb, &format!("block{i}"), ch))
+            .collect();
+        let policy_conv = Conv2d::new(pb, "policy_conv", ch, 2, 1);
+        let policy_out = Linear::new(pb, "policy_out", 2 * h * w, spec.num_actions, false);
+        let value_conv = Conv2d::new(pb, "value_conv", ch, 1, 1);
+        let value_hidden = Linear::new(pb, "value_hidden", h * w, spec.hidden_dim, false);
+        let value_out = Linear::new(
+            pb,
+            "value_out",
+            spec.hidden_dim,
+            spec.value_support.size(),
+            true,
+        );
+        pb.pop();
+        Ok(Self {
+            blocks: blocks?,
+            policy_conv: policy_conv?,
+            policy_out: policy_out?,
+            value_conv: value_conv?,
+            value_hidden: value_hidden?,
+            value_out: value_out?,
+        })
+    }
+
+    pub fn forward(&self, latent: &Tensor) -> candle_core::Result<(Tensor, Tensor)> {
+        let mut h = latent.clone();
+        for block in &self.blocks {
+            h = block.forward(&h)?;
+        }
+        let p = self.policy_conv.forward(&h)?.relu()?.flatten_from(1)?;
+        let policy = self.policy_out.forward(&p)?;
+        let v = self.value_conv.forward(&h)?.relu()?.flatten_from(1)?;
+        let value = self
+            .value_out
+            .forward(&self.value_hidden.forward(&v)?.relu()?)?;
+        Ok((policy, value))
+    }
+}
