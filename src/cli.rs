@@ -48,6 +48,45 @@ pub enum Command {
     Train(TrainArgs),
     /// Play greedy episodes with a trained agent and print the mean and std of the return.
     Eval(EvalArgs),
+    /// Play a two-player board game against a trained agent in the terminal.
+    Play(PlayArgs),
+    /// Measure inference, search and training throughput per dtype and batch size.
+    Benchmark(BenchmarkArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchmarkArgs {
+    /// Device: cpu, cuda or cuda:N (overrides device.device_type).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Compute dtypes to compare, comma-separated.
+    #[arg(long, default_value = "float32,bfloat16", value_delimiter = ',')]
+    pub dtypes: Vec<String>,
+    /// Search/inference batch sizes, comma-separated.
+    #[arg(long, default_value = "1,16,64,256", value_delimiter = ',')]
+    pub batch_sizes: Vec<usize>,
+    /// Timed repetitions per measurement (medians are reported).
+    #[arg(long, default_value_t = 15)]
+    pub repetitions: usize,
+    /// Untimed warm-up repetitions.
+    #[arg(long, default_value_t = 5)]
+    pub warmup: usize,
+    /// Skip the training-step measurement.
+    #[arg(long)]
+    pub no_training: bool,
+    /// Write the results as JSON here.
+    #[arg(long, default_value = "benchmark.json")]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct PlayArgs {
+    /// Checkpoint of the agent (a run directory or a step directory).
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint: PathBuf,
+    /// Let the agent move first.
+    #[arg(long)]
+    pub second: bool,
 }
 
 #[derive(Debug, Args)]
@@ -119,6 +158,17 @@ pub fn open_device(text: &str) -> Result<Device> {
     }
 }
 
+/// `count` devices starting at the one named by `text`: on the CPU, `count` CPU replicas; on
+/// CUDA, consecutive GPUs from the given index.
+pub fn open_devices(text: &str, count: usize) -> Result<Vec<Device>> {
+    match parse_device(text).map_err(anyhow::Error::msg)? {
+        DeviceKind::Cpu => Ok(vec![Device::Cpu; count.max(1)]),
+        DeviceKind::Cuda(first) => (first..first + count.max(1))
+            .map(|i| open_device(&format!("cuda:{i}")))
+            .collect(),
+    }
+}
+
 /// Give rayon and candle an explicit thread count before any thread starts: with
 /// RAYON_NUM_THREADS unset, candle re-derives it on every matmul (see DEPENDENCIES.md).
 fn set_thread_count(config: &Config) {
@@ -145,6 +195,8 @@ pub fn run(cli: Cli) -> Result<()> {
         }
         Command::Train(args) => run_train(&cli.config, args),
         Command::Eval(args) => run_eval(args),
+        Command::Play(args) => run_play(args),
+        Command::Benchmark(args) => run_benchmark(&cli.config, args),
     }
 }
 
@@ -188,10 +240,7 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
         }
     };
     set_thread_count(&config);
-    if config.device.num_devices > 1 {
-        bail!("device.num_devices = {} is not supported yet: data-parallel replicas are not implemented in this build", config.device.num_devices);
-    }
-    let device = open_device(&config.device.device_type)?;
+    let devices = open_devices(&config.device.device_type, config.device.num_devices)?;
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -228,7 +277,7 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
             .join(&run_name_hint)
             .display()
     );
-    let summary = train(&config, &device, &options, &mut sink)?;
+    let summary = train(&config, &devices, &options, &mut sink)?;
     let c = &summary.counters;
     println!(
         "stopped: {} | {} env steps, {} training steps, {} episodes in {:.1}s | recent return {:.1}{}",
@@ -298,5 +347,97 @@ fn run_eval(args: EvalArgs) -> Result<()> {
         secs,
         eval.env_steps as f64 / secs.max(1e-9)
     );
+    Ok(())
+}
+
+fn run_play(args: PlayArgs) -> Result<()> {
+    use std::io::{BufRead, Write};
+    let mut agent = crate::agent::Agent::load(&args.checkpoint)?;
+    let name = agent.config().environment.env_name.clone();
+    let mut env = cumind_envs::make(&name)?;
+    if env.num_players() < 2 {
+        bail!("`play` is for two-player games; {name} has one player (use `cumind eval`)");
+    }
+    let human = if args.second { 1 } else { 0 };
+    let (mut observation, _) = env.reset(Some(0));
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    println!(
+        "{name}: you are player {human} ({})",
+        if human == 0 { "first" } else { "second" }
+    );
+    loop {
+        println!("{}", env.render());
+        let legal = env.legal_action_mask();
+        let mover = env.to_play();
+        let action = if mover == human {
+            print!("your move {:?}: ", env.legal_actions());
+            std::io::stdout().flush()?;
+            let Some(line) = lines.next() else {
+                println!("\nno more input: game abandoned");
+                return Ok(());
+            };
+            match line?.trim().parse::<usize>() {
+                Ok(a) => a,
+                Err(_) => {
+                    println!("not a number: enter one of {:?}", env.legal_actions());
+                    continue;
+                }
+            }
+        } else {
+            let a = agent.select_actions_masked(&[&observation], &[&legal], false)?[0];
+            println!("agent plays {a}");
+            a
+        };
+        match env.step(action) {
+            Ok(step) => {
+                observation = step.observation;
+                if step.terminated || step.truncated {
+                    println!("{}", env.render());
+                    let result = match step.info.get("winner").copied() {
+                        Some(w) if w as usize == human && w >= 0.0 => "you win",
+                        Some(w) if w >= 0.0 => "the agent wins",
+                        _ => "draw",
+                    };
+                    println!("game over: {result}");
+                    return Ok(());
+                }
+            }
+            // Illegal human input: say why and ask again (the game is unchanged).
+            Err(err) if mover == human => println!("{err}"),
+            Err(err) => return Err(err.into()),
+        }
+    }
+}
+
+fn run_benchmark(config_args: &ConfigArgs, args: BenchmarkArgs) -> Result<()> {
+    let mut extra = Vec::new();
+    if let Some(d) = &args.device {
+        extra.push(format!("device.device_type={d}"));
+    }
+    let config = config_args.load_with(extra)?;
+    set_thread_count(&config);
+    let device = open_device(&config.device.device_type)?;
+    let dtypes = args
+        .dtypes
+        .iter()
+        .map(|d| crate::benchmark::parse_dtype(d).map_err(anyhow::Error::msg))
+        .collect::<Result<Vec<_>>>()?;
+    if args.batch_sizes.is_empty() || args.batch_sizes.contains(&0) {
+        bail!("--batch-sizes must list sizes of at least 1");
+    }
+    let plan = crate::benchmark::BenchmarkPlan {
+        dtypes,
+        batch_sizes: args.batch_sizes.clone(),
+        repetitions: args.repetitions.max(1),
+        warmup: args.warmup,
+        training: !args.no_training,
+    };
+    let report = crate::benchmark::run(&config, &device, &plan)?;
+    println!("{}", report.table());
+    let json = serde_json::to_string_pretty(&report)?;
+    std::fs::write(&args.out, json)
+        .with_context(|| format!("cannot write {}", args.out.display()))?;
+    println!("results written to {}", args.out.display());
     Ok(())
 }

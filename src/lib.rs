@@ -3,6 +3,7 @@
 //! The pure core ([`search`], [`replay`], [`support`], [`model`]) has no candle and no I/O.
 
 pub mod agent;
+pub mod benchmark;
 pub mod checkpoint;
 pub mod cli;
 pub mod components;

@@ -422,6 +422,46 @@ impl Batch {
             bootstrap_observations: vec![0.0; rows * obs_len],
         }
     }
+
+    /// Split into `parts` consecutive batches of equal size (data-parallel replicas); `None`
+    /// when the batch size is not a multiple of `parts`.
+    pub fn split(&self, parts: usize) -> Option<Vec<Batch>> {
+        if parts == 0 || !self.batch_size.is_multiple_of(parts) {
+            return None;
+        }
+        let n = self.batch_size / parts;
+        let (k, steps) = (self.num_unroll_steps, self.num_unroll_steps + 1);
+        let (o, a) = (self.obs_len, self.num_actions);
+        Some(
+            (0..parts)
+                .map(|p| {
+                    let (lo, hi) = (p * n, (p + 1) * n);
+                    Batch {
+                        batch_size: n,
+                        num_unroll_steps: k,
+                        obs_len: o,
+                        num_actions: a,
+                        observations: self.observations[lo * o..hi * o].to_vec(),
+                        actions: self.actions[lo * k..hi * k].to_vec(),
+                        target_values: self.target_values[lo * steps..hi * steps].to_vec(),
+                        target_rewards: self.target_rewards[lo * steps..hi * steps].to_vec(),
+                        target_policies: self.target_policies[lo * steps * a..hi * steps * a]
+                            .to_vec(),
+                        policy_mask: self.policy_mask[lo * steps..hi * steps].to_vec(),
+                        value_mask: self.value_mask[lo * steps..hi * steps].to_vec(),
+                        weights: self.weights[lo..hi].to_vec(),
+                        ids: self.ids[lo..hi].to_vec(),
+                        value_sums: self.value_sums[lo * steps..hi * steps].to_vec(),
+                        bootstrap_discounts: self.bootstrap_discounts[lo * steps..hi * steps]
+                            .to_vec(),
+                        bootstrap_observations: self.bootstrap_observations
+                            [lo * steps * o..hi * steps * o]
+                            .to_vec(),
+                    }
+                })
+                .collect(),
+        )
+    }
 }
 
 /// A binary sum tree over `len` leaves (padded to a power of two), in `f64`.

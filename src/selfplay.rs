@@ -5,6 +5,13 @@
 //! call per simulation for the whole batch), picks actions by visit-count temperature, steps the
 //! environments and hands back every game that finished.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use candle_core::Tensor;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
@@ -229,6 +236,10 @@ impl Evaluation {
 
 /// Play `episodes` episodes greedily (no noise, most-visited action; Gumbel: its selected
 /// action), all in one batch, and report their returns.
+///
+/// In two-player games the agent plays against a uniformly random legal mover, as the first
+/// player in even-numbered episodes and the second in odd ones; the return is from the agent's
+/// point of view (+1 win, 0 draw, -1 loss).
 pub fn evaluate(
     network: &MuZeroNetwork,
     env_name: &str,
@@ -239,15 +250,19 @@ pub fn evaluate(
     let mut envs = VectorEnv::from_name(env_name, episodes)?;
     let mut observations = envs.reset(Some(seed));
     let a = envs.envs()[0].action_space().n().unwrap_or(0);
+    let two_player = envs.envs()[0].num_players() > 1;
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut done: Vec<Option<EpisodeStats>> = vec![None; episodes];
+    let mut returns = vec![0f64; episodes];
+    let mut lengths = vec![0usize; episodes];
+    let mut done = vec![false; episodes];
     let mut env_steps = 0;
-    while done.iter().any(Option::is_none) {
+    while done.iter().any(|d| !d) {
         let flat: Vec<f32> = observations.concat();
         let masks: Vec<bool> = envs.legal_action_masks().concat();
+        let to_play = envs.to_play();
         let mut model = SearchModel::new(network);
         let out = run_search(&mut model, search, &flat, episodes, &masks, false, &mut rng)?;
-        let actions: Vec<usize> = match &out.gumbel_actions {
+        let mut actions: Vec<usize> = match &out.gumbel_actions {
             Some(g) => g.clone(),
             None => (0..episodes)
                 .map(|i| {
@@ -260,24 +275,147 @@ pub fn evaluate(
                 })
                 .collect(),
         };
+        let agent_moves: Vec<bool> = (0..episodes)
+            .map(|i| !two_player || to_play[i] == i % 2)
+            .collect();
+        for (i, action) in actions.iter_mut().enumerate() {
+            if !agent_moves[i] {
+                let legal: Vec<usize> = (0..a).filter(|&k| masks[i * a + k]).collect();
+                *action = legal[rand::Rng::random_range(&mut rng, 0..legal.len())];
+            }
+        }
         let result = envs.step(&actions)?;
-        for (i, finished) in result.finished.iter().enumerate() {
-            if done[i].is_none() {
-                env_steps += 1;
-                if let Some(stats) = finished {
-                    done[i] = Some(*stats);
-                }
+        for i in 0..episodes {
+            if done[i] {
+                continue;
+            }
+            env_steps += 1;
+            lengths[i] += 1;
+            // Rewards belong to the player who moved.
+            let sign = if agent_moves[i] { 1.0 } else { -1.0 };
+            returns[i] += sign * result.rewards[i];
+            if result.finished[i].is_some() {
+                done[i] = true;
             }
         }
         observations = result.observations;
     }
-    let stats: Vec<EpisodeStats> = done
-        .into_iter()
-        .map(|s| s.expect("all episodes finished"))
-        .collect();
     Ok(Evaluation {
-        returns: stats.iter().map(|s| s.episode_return).collect(),
-        lengths: stats.iter().map(|s| s.length).collect(),
+        returns,
+        lengths,
         env_steps,
     })
+}
+
+/// Weights published by the learner for the actor threads.
+struct WeightBoard {
+    version: AtomicU64,
+    tensors: Mutex<HashMap<String, Tensor>>,
+    temperature: Mutex<f32>,
+}
+
+/// Actor threads playing beside the learner. Each owns a copy of the network, refreshed from
+/// the weights the learner publishes, and hands its steps over a bounded channel: when the
+/// learner falls behind, the actors block, so the replay ratio is kept while self-play and
+/// training overlap in time.
+pub struct ActorPool {
+    receiver: Option<Receiver<Result<ActorStep, SelfPlayError>>>,
+    board: Arc<WeightBoard>,
+    stop: Arc<AtomicBool>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl ActorPool {
+    /// Start `num_actors` threads, actor `i` seeded with `seed + i`.
+    pub fn spawn(
+        network: &MuZeroNetwork,
+        env_name: &str,
+        num_actors: usize,
+        num_envs: usize,
+        seed: u64,
+        segment_length: usize,
+        search: &SearchConfig,
+    ) -> Result<Self, SelfPlayError> {
+        let board = Arc::new(WeightBoard {
+            version: AtomicU64::new(0),
+            tensors: Mutex::new(HashMap::new()),
+            temperature: Mutex::new(1.0),
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let (sender, receiver) = sync_channel(num_actors);
+        let mut handles = Vec::new();
+        for i in 0..num_actors {
+            let mut actor = Actor::new(
+                env_name,
+                num_envs,
+                seed.wrapping_add(i as u64 * 1_000_003),
+                segment_length,
+            )?;
+            let network = network
+                .deep_copy(network.device())
+                .map_err(ModelError::from)?;
+            let (board, stop, sender, search) =
+                (board.clone(), stop.clone(), sender.clone(), search.clone());
+            handles.push(std::thread::spawn(move || {
+                let mut version = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    let latest = board.version.load(Ordering::SeqCst);
+                    if latest != version {
+                        let tensors = board.tensors.lock().unwrap_or_else(|e| e.into_inner());
+                        if let Err(err) = network.params().copy_from_tensors(&tensors) {
+                            let _ = sender.send(Err(ModelError::from(err).into()));
+                            return;
+                        }
+                        version = latest;
+                    }
+                    let temperature = *board.temperature.lock().unwrap_or_else(|e| e.into_inner());
+                    let step = actor.step(&network, &search, temperature);
+                    let failed = step.is_err();
+                    if sender.send(step).is_err() || failed {
+                        return;
+                    }
+                }
+            }));
+        }
+        Ok(Self {
+            receiver: Some(receiver),
+            board,
+            stop,
+            handles,
+        })
+    }
+
+    /// Publish the learner's current weights and the temperature the actors should use.
+    pub fn publish(&self, network: &MuZeroNetwork, temperature: f32) -> Result<(), SelfPlayError> {
+        let tensors = network.params().to_tensors().map_err(ModelError::from)?;
+        *self.board.tensors.lock().unwrap_or_else(|e| e.into_inner()) = tensors;
+        *self
+            .board
+            .temperature
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = temperature;
+        self.board.version.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// The next step of any actor (blocks until one is ready).
+    pub fn next(&self) -> Result<ActorStep, SelfPlayError> {
+        match self.receiver.as_ref().map(|r| r.recv()) {
+            Some(Ok(step)) => step,
+            _ => Err(SelfPlayError::Model(ModelError::Backend(
+                "every actor thread has stopped".into(),
+            ))),
+        }
+    }
+}
+
+impl Drop for ActorPool {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Dropping the receiver unblocks actors waiting to send.
+        self.receiver.take();
+        for handle in self.handles.drain(..) {
+            let _ = handle.join();
+        }
+    }
 }

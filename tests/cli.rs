@@ -281,3 +281,68 @@ fn sigkill_then_resume_loses_at_most_the_work_since_the_last_checkpoint() {
     .unwrap();
     assert!(meta["counters"]["training_steps"].as_u64().unwrap() > saved_steps);
 }
+
+#[test]
+fn tictactoe_agent_is_evaluated_against_random_and_can_be_played() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let preset = format!("{}/agents/tictactoe.json", env!("CARGO_MANIFEST_DIR"));
+    let out = cumind(dir.path())
+        .args([
+            "--config",
+            &preset,
+            "--set",
+            "training.max_env_steps=640",
+            "--set",
+            "training.eval_interval=0",
+            "--set",
+            "memory.min_memory_size=200",
+            "--set",
+            "training.checkpoint_root_dir=ckpt",
+            "--set",
+            "other.log_dir=runs",
+            "--set",
+            "other.run_name=ttt",
+            "train",
+            "--no-progress",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+
+    let out = cumind(dir.path())
+        .args(["eval", "--checkpoint", "ckpt/ttt", "--episodes", "10"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("TicTacToe: 10 episodes"),
+        "{}",
+        text(&out)
+    );
+
+    // A human typing every cell in turn, with one typo: occupied cells and the typo are refused
+    // with a message and the game goes on to its end.
+    let mut child = cumind(dir.path())
+        .args(["play", "--checkpoint", "ckpt/ttt"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"0\nx\n1\n2\n3\n4\n5\n6\n7\n8\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("not a number"), "{t}");
+    assert!(t.contains("agent plays"), "{t}");
+    assert!(
+        t.contains("game over") || t.contains("game abandoned"),
+        "{t}"
+    );
+}

@@ -32,7 +32,7 @@ fn options() -> RunOptions {
 fn muzero_learns_to_catch() {
     let config = catch_config(&["training.eval_interval=0"]);
     let mut sink = MemorySink::default();
-    let summary = train(&config, &Device::Cpu, &options(), &mut sink).unwrap();
+    let summary = train(&config, &[Device::Cpu], &options(), &mut sink).unwrap();
     assert_eq!(
         summary.counters.env_steps,
         config.training.max_env_steps as u64
@@ -63,7 +63,7 @@ fn synchronous_training_is_reproducible_for_a_seed() {
     ]);
     let run = |config: &Config| {
         let mut sink = MemorySink::default();
-        let summary = train(config, &Device::Cpu, &options(), &mut sink).unwrap();
+        let summary = train(config, &[Device::Cpu], &options(), &mut sink).unwrap();
         let weights: Vec<Vec<f32>> = summary
             .network
             .params()

@@ -67,6 +67,17 @@ impl Params {
         }
         Ok(())
     }
+
+    /// Overwrite every parameter with the tensor of the same name in `tensors`.
+    pub fn copy_from_tensors(&self, tensors: &HashMap<String, Tensor>) -> Result<(), NetworkError> {
+        for (name, var) in &self.vars {
+            let src = tensors
+                .get(name)
+                .ok_or_else(|| NetworkError::MissingParameter(name.clone()))?;
+            var.set(&src.to_device(&self.device)?)?;
+        }
+        Ok(())
+    }
 }
 
 /// Where a [`ParamBuilder`] takes values from.

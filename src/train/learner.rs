@@ -1,6 +1,12 @@
-//! The learner: network, target network, optimizer and one training step on a batch.
+//! The learner: network, target network, optimizer and one training step on a batch; with
+//! several devices, one replica of each per device (data parallelism).
+//!
+//! Data parallelism: the batch is split into equal slices, each replica computes the loss and
+//! gradients of its slice (in its own thread), the gradients are averaged in-process (moved to
+//! the first replica's device, summed, divided by N) and every replica applies the same update
+//! with its own copy of the optimizer state, so the replicas stay identical.
 
-use candle_core::Device;
+use candle_core::{Device, Tensor};
 
 use super::loss::unrolled_loss;
 use super::optimizer::{AdamW, AdamWConfig, LrSchedule};
@@ -39,16 +45,15 @@ pub struct TrainStats {
     pub priorities: Vec<f32>,
 }
 
-/// Owns the trainable network and everything needed to update it.
-pub struct Learner {
+/// The network, target network and optimizer state on one device.
+struct Replica {
     network: MuZeroNetwork,
     target: MuZeroNetwork,
     optimizer: AdamW,
-    config: LearnerConfig,
 }
 
-impl Learner {
-    pub fn new(network: MuZeroNetwork, config: LearnerConfig) -> Result<Self, NetworkError> {
+impl Replica {
+    fn new(network: MuZeroNetwork, config: &LearnerConfig) -> Result<Self, NetworkError> {
         let target = network.deep_copy(network.device())?;
         let named = network
             .params()
@@ -60,38 +65,12 @@ impl Learner {
             network,
             target,
             optimizer,
-            config,
         })
     }
 
-    pub fn network(&self) -> &MuZeroNetwork {
-        &self.network
-    }
-
-    pub fn target_network(&self) -> &MuZeroNetwork {
-        &self.target
-    }
-
-    pub fn optimizer(&self) -> &AdamW {
-        &self.optimizer
-    }
-
-    pub fn optimizer_mut(&mut self) -> &mut AdamW {
-        &mut self.optimizer
-    }
-
-    /// Training steps taken so far.
-    pub fn steps(&self) -> usize {
-        self.optimizer.step_count()
-    }
-
-    pub fn device(&self) -> &Device {
-        self.network.device()
-    }
-
     /// Value targets for `batch`: the stored ones, or re-bootstrapped with the target network.
-    pub fn value_targets(&self, batch: &Batch) -> Result<Vec<f32>, NetworkError> {
-        match self.config.value_target {
+    fn value_targets(&self, batch: &Batch, mode: ValueTarget) -> Result<Vec<f32>, NetworkError> {
+        match mode {
             ValueTarget::StoredRoot => Ok(batch.target_values.clone()),
             ValueTarget::TargetNetwork => {
                 let obs = self
@@ -115,38 +94,375 @@ impl Learner {
         }
     }
 
-    /// One optimisation step on `batch`.
-    pub fn train_step(&mut self, batch: &Batch) -> Result<TrainStats, NetworkError> {
-        let targets = self.value_targets(batch)?;
-        let loss = unrolled_loss(
-            &self.network,
-            batch,
-            &targets,
-            self.config.value_loss_weight,
-        )?;
+    /// Loss and gradients (in parameter order) of `batch` on this replica.
+    fn gradients(
+        &self,
+        batch: &Batch,
+        config: &LearnerConfig,
+    ) -> Result<ReplicaResult, NetworkError> {
+        let targets = self.value_targets(batch, config.value_target)?;
+        let loss = unrolled_loss(&self.network, batch, &targets, config.value_loss_weight)?;
         let grads = loss.total.backward()?;
-        let lr = self.config.schedule.at(self.optimizer.step_count());
-        let report = self.optimizer.step(&grads, lr)?;
+        Ok(ReplicaResult {
+            grads: self.optimizer.gradients(&grads),
+            total: loss.total.to_scalar::<f32>()?,
+            value: loss.value,
+            reward: loss.reward,
+            policy: loss.policy,
+            priorities: loss.priorities,
+        })
+    }
+}
+
+struct ReplicaResult {
+    grads: Vec<Option<Tensor>>,
+    total: f32,
+    value: f32,
+    reward: f32,
+    policy: f32,
+    priorities: Vec<f32>,
+}
+
+/// Owns the trainable network(s) and everything needed to update them.
+pub struct Learner {
+    replicas: Vec<Replica>,
+    config: LearnerConfig,
+}
+
+impl Learner {
+    /// A learner on `network`'s device alone.
+    pub fn new(network: MuZeroNetwork, config: LearnerConfig) -> Result<Self, NetworkError> {
+        let device = network.device().clone();
+        Self::with_devices(network, config, &[device])
+    }
+
+    /// One replica per device in `devices` (at least one), all starting from `network`'s
+    /// parameters.
+    pub fn with_devices(
+        network: MuZeroNetwork,
+        config: LearnerConfig,
+        devices: &[Device],
+    ) -> Result<Self, NetworkError> {
+        let mut replicas = Vec::with_capacity(devices.len().max(1));
+        for device in devices.iter().skip(1) {
+            replicas.push(Replica::new(network.deep_copy(device)?, &config)?);
+        }
+        let primary = if devices
+            .first()
+            .is_some_and(|d| !d.same_device(network.device()))
+        {
+            network.deep_copy(&devices[0])?
+        } else {
+            network
+        };
+        replicas.insert(0, Replica::new(primary, &config)?);
+        Ok(Self { replicas, config })
+    }
+
+    /// The (first replica's) network.
+    pub fn network(&self) -> &MuZeroNetwork {
+        &self.replicas[0].network
+    }
+
+    pub fn target_network(&self) -> &MuZeroNetwork {
+        &self.replicas[0].target
+    }
+
+    /// Every replica's network, in device order.
+    pub fn replica_networks(&self) -> Vec<&MuZeroNetwork> {
+        self.replicas.iter().map(|r| &r.network).collect()
+    }
+
+    pub fn num_replicas(&self) -> usize {
+        self.replicas.len()
+    }
+
+    pub fn optimizer(&self) -> &AdamW {
+        &self.replicas[0].optimizer
+    }
+
+    /// Training steps taken so far.
+    pub fn steps(&self) -> usize {
+        self.replicas[0].optimizer.step_count()
+    }
+
+    pub fn device(&self) -> &Device {
+        self.replicas[0].network.device()
+    }
+
+    /// Restore the target network and optimizer state of every replica (resume).
+    pub fn restore(
+        &mut self,
+        target: &MuZeroNetwork,
+        optimizer_state: std::collections::HashMap<String, Tensor>,
+        optimizer_step: usize,
+    ) -> Result<(), NetworkError> {
+        for replica in &mut self.replicas {
+            replica.target.params().copy_from(target.params())?;
+            let state = optimizer_state
+                .iter()
+                .map(|(k, t)| Ok((k.clone(), t.to_device(replica.network.device())?)))
+                .collect::<Result<_, candle_core::Error>>()?;
+            replica.optimizer.load_state(state, optimizer_step)?;
+        }
+        Ok(())
+    }
+
+    /// Value targets for `batch` as the first replica computes them.
+    pub fn value_targets(&self, batch: &Batch) -> Result<Vec<f32>, NetworkError> {
+        self.replicas[0].value_targets(batch, self.config.value_target)
+    }
+
+    /// One optimisation step on `batch` (split evenly over the replicas).
+    pub fn train_step(&mut self, batch: &Batch) -> Result<TrainStats, NetworkError> {
+        let n = self.replicas.len();
+        let results: Vec<ReplicaResult> = if n == 1 {
+            vec![self.replicas[0].gradients(batch, &self.config)?]
+        } else {
+            let parts = batch.split(n).ok_or_else(|| {
+                NetworkError::Candle(candle_core::Error::Msg(format!(
+                    "batch of {} does not split evenly over {n} replicas",
+                    batch.batch_size
+                )))
+            })?;
+            let config = &self.config;
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = self
+                    .replicas
+                    .iter()
+                    .zip(&parts)
+                    .map(|(replica, part)| scope.spawn(move || replica.gradients(part, config)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("replica thread panicked"))
+                    .collect::<Result<Vec<_>, _>>()
+            })?
+        };
+        let grads = average_gradients(&results, self.device())?;
+        let lr = self.config.schedule.at(self.steps());
+        let mut report = None;
+        for replica in &mut self.replicas {
+            report = Some(replica.optimizer.step_with(&grads, lr)?);
+        }
+        let report = report.expect("at least one replica");
         if self
-            .optimizer
-            .step_count()
+            .steps()
             .is_multiple_of(self.config.target_update_frequency)
         {
             self.refresh_target()?;
         }
+        let mean = |f: fn(&ReplicaResult) -> f32| results.iter().map(f).sum::<f32>() / n as f32;
         Ok(TrainStats {
-            total_loss: loss.total.to_scalar::<f32>()?,
-            value_loss: loss.value,
-            reward_loss: loss.reward,
-            policy_loss: loss.policy,
+            total_loss: mean(|r| r.total),
+            value_loss: mean(|r| r.value),
+            reward_loss: mean(|r| r.reward),
+            policy_loss: mean(|r| r.policy),
             grad_norm: report.grad_norm,
             learning_rate: report.learning_rate,
-            priorities: loss.priorities,
+            priorities: results
+                .iter()
+                .flat_map(|r| r.priorities.iter().copied())
+                .collect(),
         })
     }
 
-    /// Copy the online parameters into the target network.
+    /// Copy the online parameters into the target network (every replica).
     pub fn refresh_target(&mut self) -> Result<(), NetworkError> {
-        self.target.params().copy_from(self.network.params())
+        for replica in &self.replicas {
+            replica
+                .target
+                .params()
+                .copy_from(replica.network.params())?;
+        }
+        Ok(())
+    }
+}
+
+/// Mean of the replicas' gradients, parameter by parameter, on `device` (an in-process
+/// all-reduce; with one replica, its gradients unchanged).
+fn average_gradients(
+    results: &[ReplicaResult],
+    device: &Device,
+) -> Result<Vec<Option<Tensor>>, NetworkError> {
+    if results.len() == 1 {
+        return Ok(results[0].grads.clone());
+    }
+    let n = results.len() as f64;
+    let params = results[0].grads.len();
+    let mut out = Vec::with_capacity(params);
+    for j in 0..params {
+        let mut sum: Option<Tensor> = None;
+        for r in results {
+            if let Some(g) = &r.grads[j] {
+                let g = g.to_device(device)?;
+                sum = Some(match sum {
+                    None => g,
+                    Some(s) => (s + g)?,
+                });
+            }
+        }
+        out.push(sum.map(|s| s / n).transpose()?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::network::NetworkSpec;
+    use crate::replay::{GameHistory, ReplayBuffer, ReplayConfig};
+    use crate::support::Support;
+    use crate::train::optimizer::{AdamWConfig, LrSchedule};
+    use candle_core::DType;
+    use rand::{Rng, SeedableRng};
+
+    fn config(value_target: ValueTarget) -> LearnerConfig {
+        LearnerConfig {
+            optimizer: AdamWConfig {
+                learning_rate: 1e-3,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+                weight_decay: 1e-4,
+                max_grad_norm: 5.0,
+            },
+            schedule: LrSchedule {
+                peak: 1e-3,
+                warmup_steps: 2,
+                total_steps: 100,
+                final_fraction: 0.1,
+            },
+            value_loss_weight: 0.25,
+            target_update_frequency: 3,
+            value_target,
+        }
+    }
+
+    fn network() -> MuZeroNetwork {
+        let spec = NetworkSpec {
+            observation_shape: vec![4],
+            num_actions: 2,
+            hidden_dim: 16,
+            latent_dim: 8,
+            num_blocks: 1,
+            conv_channels: 4,
+            value_support: Support::symmetric(5),
+            reward_support: Support::symmetric(2),
+        };
+        MuZeroNetwork::new(spec, 11, &Device::Cpu, DType::F32).unwrap()
+    }
+
+    fn replay() -> ReplayBuffer {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let mut replay = ReplayBuffer::new(ReplayConfig {
+            capacity: 1000,
+            num_unroll_steps: 3,
+            td_steps: 3,
+            discount: 0.97,
+            per_alpha: 1.0,
+            per_beta: 1.0,
+            per_epsilon: 1e-3,
+            two_player: false,
+        });
+        for _ in 0..5 {
+            let mut game = GameHistory::new(4, 2, &[0.1, 0.2, 0.3, 0.4], 0);
+            for _ in 0..12 {
+                let next: Vec<f32> = (0..4).map(|_| rng.random_range(-1.0..1.0)).collect();
+                game.push(
+                    rng.random_range(0..2),
+                    1.0,
+                    rng.random_range(0.0..5.0),
+                    &[0.4, 0.6],
+                    &next,
+                    0,
+                );
+            }
+            game.finish(false, 2.0);
+            replay.save_game(game).unwrap();
+        }
+        replay
+    }
+
+    fn weights(net: &MuZeroNetwork) -> Vec<f32> {
+        net.params()
+            .named()
+            .flat_map(|(_, v)| {
+                v.as_tensor()
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1::<f32>()
+                    .unwrap()
+            })
+            .collect()
+    }
+
+    fn train(replicas: usize, steps: usize) -> Learner {
+        let mut learner = Learner::with_devices(
+            network(),
+            config(ValueTarget::TargetNetwork),
+            &vec![Device::Cpu; replicas],
+        )
+        .unwrap();
+        let replay = replay();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        for _ in 0..steps {
+            let batch = replay.sample(12, &mut rng).unwrap();
+            let stats = learner.train_step(&batch).unwrap();
+            assert_eq!(stats.priorities.len(), 12);
+            assert!(stats.total_loss.is_finite());
+        }
+        learner
+    }
+
+    #[test]
+    fn replicas_stay_identical_and_match_one_replica_on_the_whole_batch() {
+        let single = weights(train(1, 6).network());
+        for n in [2, 3] {
+            let learner = train(n, 6);
+            assert_eq!(learner.num_replicas(), n);
+            let nets = learner.replica_networks();
+            let first = weights(nets[0]);
+            for other in &nets[1..] {
+                assert_eq!(weights(other), first, "replicas diverged (N = {n})");
+            }
+            let worst = first
+                .iter()
+                .zip(&single)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            // Same maths, different summation order: float rounding only.
+            assert!(worst < 1e-4, "N = {n} differs from one replica by {worst}");
+            assert_ne!(first, weights(&network()), "training changed nothing");
+        }
+    }
+
+    #[test]
+    fn a_batch_that_does_not_split_evenly_is_an_error() {
+        let mut learner = Learner::with_devices(
+            network(),
+            config(ValueTarget::StoredRoot),
+            &vec![Device::Cpu; 5],
+        )
+        .unwrap();
+        let batch = replay()
+            .sample(12, &mut rand::rngs::StdRng::seed_from_u64(1))
+            .unwrap();
+        let err = learner.train_step(&batch).unwrap_err().to_string();
+        assert!(err.contains("12") && err.contains("5"), "{err}");
+    }
+
+    #[test]
+    fn target_network_follows_on_schedule() {
+        let learner = train(1, 2);
+        assert_ne!(
+            weights(learner.network()),
+            weights(learner.target_network())
+        );
+        let learner = train(1, 3);
+        assert_eq!(
+            weights(learner.network()),
+            weights(learner.target_network())
+        );
     }
 }

@@ -92,28 +92,44 @@ impl AdamW {
         self.step
     }
 
-    /// Global L2 norm of the gradients of this optimizer's parameters (missing ones count 0).
-    pub fn grad_norm(&self, grads: &GradStore) -> Result<f64, NetworkError> {
+    /// The gradients of this optimizer's parameters, in parameter order (`None`: no gradient).
+    pub fn gradients(&self, grads: &GradStore) -> Vec<Option<Tensor>> {
+        self.vars
+            .iter()
+            .map(|v| grads.get(v.as_tensor()).cloned())
+            .collect()
+    }
+
+    /// Global L2 norm of `grads` (in parameter order; missing ones count 0).
+    pub fn grad_norm(grads: &[Option<Tensor>]) -> Result<f64, NetworkError> {
         let mut total = 0f64;
-        for var in &self.vars {
-            if let Some(g) = grads.get(var.as_tensor()) {
-                total += g
-                    .sqr()?
-                    .sum_all()?
-                    .to_dtype(candle_core::DType::F64)?
-                    .to_scalar::<f64>()?;
-            }
+        for g in grads.iter().flatten() {
+            total += g
+                .sqr()?
+                .sum_all()?
+                .to_dtype(candle_core::DType::F64)?
+                .to_scalar::<f64>()?;
         }
         Ok(total.sqrt())
     }
 
-    /// One update with `learning_rate`, clipping by the global norm first.
+    /// One update with `learning_rate` from a backward pass, clipping by the global norm first.
     pub fn step(
         &mut self,
         grads: &GradStore,
         learning_rate: f64,
     ) -> Result<StepReport, NetworkError> {
-        let grad_norm = self.grad_norm(grads)?;
+        let grads = self.gradients(grads);
+        self.step_with(&grads, learning_rate)
+    }
+
+    /// One update from gradients in parameter order (for example averaged over replicas).
+    pub fn step_with(
+        &mut self,
+        grads: &[Option<Tensor>],
+        learning_rate: f64,
+    ) -> Result<StepReport, NetworkError> {
+        let grad_norm = Self::grad_norm(grads)?;
         let clip = if self.config.max_grad_norm > 0.0 && grad_norm > self.config.max_grad_norm {
             self.config.max_grad_norm / (grad_norm + 1e-6)
         } else {
@@ -124,16 +140,17 @@ impl AdamW {
         let t = self.step as f64;
         let bias1 = 1.0 - c.beta1.powf(t);
         let bias2 = 1.0 - c.beta2.powf(t);
-        for ((var, m), v) in self
+        for (((var, m), v), g) in self
             .vars
             .iter()
             .zip(&mut self.first_moments)
             .zip(&mut self.second_moments)
+            .zip(grads)
         {
-            let Some(g) = grads.get(var.as_tensor()) else {
+            let Some(g) = g else {
                 continue;
             };
-            let g = (g * clip)?;
+            let g = (g.to_device(var.device())? * clip)?;
             *m = ((&*m * c.beta1)? + (&g * (1.0 - c.beta1))?)?;
             *v = ((&*v * c.beta2)? + (g.sqr()? * (1.0 - c.beta2))?)?;
             let m_hat = (&*m / bias1)?;

@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::metrics::MetricSink;
 use crate::network::{compute_dtype, MuZeroNetwork};
 use crate::replay::ReplayBuffer;
-use crate::selfplay::{evaluate, Actor, Evaluation};
+use crate::selfplay::{evaluate, Actor, ActorPool, Evaluation};
 use crate::train::{Learner, TrainStats};
 
 /// How to run, besides the configuration.
@@ -105,14 +105,16 @@ fn run_name(config: &Config) -> String {
     format!("{}-{secs}", config.environment.env_name)
 }
 
-/// Train with `config` on `device`; scalars go to `sink`.
+/// Train with `config` on `devices` (one model replica per device; at least one); scalars go
+/// to `sink`.
 pub fn train(
     config: &Config,
-    device: &Device,
+    devices: &[Device],
     options: &RunOptions,
     sink: &mut dyn MetricSink,
 ) -> Result<RunSummary> {
-    let mut run = Run::start(config, device, options)?;
+    anyhow::ensure!(!devices.is_empty(), "training needs at least one device");
+    let mut run = Run::start(config, devices, options)?;
     let result = run.main_loop(options, sink);
     if let Err(err) = &result {
         // Keep what was learned before the failure.
@@ -146,7 +148,8 @@ fn mean(values: &VecDeque<f64>) -> f64 {
 }
 
 impl<'a> Run<'a> {
-    fn start(config: &'a Config, device: &Device, options: &RunOptions) -> Result<Self> {
+    fn start(config: &'a Config, devices: &[Device], options: &RunOptions) -> Result<Self> {
+        let device = &devices[0];
         let env = EnvInfo::of(config)?;
         let spec = components::network_spec(config, &env);
         let dtype = compute_dtype(&config.data_types.model_dtype, device);
@@ -155,7 +158,7 @@ impl<'a> Run<'a> {
         let (learner, replay, counters, run_dir) = match &options.resume {
             None => {
                 let network = MuZeroNetwork::new(spec, config.other.seed, device, dtype)?;
-                let learner = Learner::new(network, learner_config)?;
+                let learner = Learner::with_devices(network, learner_config, devices)?;
                 let replay = ReplayBuffer::new(components::replay_config(config, &env));
                 let name = options.run_name.clone().unwrap_or_else(|| run_name(config));
                 let run_dir = PathBuf::from(&config.training.checkpoint_root_dir).join(name);
@@ -166,15 +169,9 @@ impl<'a> Run<'a> {
                     .with_context(|| format!("cannot resume from {}", path.display()))?;
                 let network = MuZeroNetwork::from_tensors(spec.clone(), ckpt.model, device, dtype)
                     .context("checkpoint weights do not fit the configured network")?;
-                let mut learner = Learner::new(network, learner_config)?;
+                let mut learner = Learner::with_devices(network, learner_config, devices)?;
                 let target = MuZeroNetwork::from_tensors(spec, ckpt.target, device, dtype)?;
-                learner
-                    .target_network()
-                    .params()
-                    .copy_from(target.params())?;
-                learner
-                    .optimizer_mut()
-                    .load_state(ckpt.optimizer, ckpt.metadata.optimizer_step)?;
+                learner.restore(&target, ckpt.optimizer, ckpt.metadata.optimizer_step)?;
                 let replay = ckpt
                     .replay
                     .unwrap_or_else(|| ReplayBuffer::new(components::replay_config(config, &env)));
@@ -264,12 +261,30 @@ impl<'a> Run<'a> {
             .other
             .seed
             .wrapping_add(self.counters.env_steps.wrapping_mul(7919));
-        let mut actor = Actor::new(
-            &config.environment.env_name,
-            config.environment.num_envs,
-            seed,
-            config.self_play.game_segment_length,
-        )?;
+        let mut source = if config.self_play.num_actors == 0 {
+            Source::Synchronous(Box::new(Actor::new(
+                &config.environment.env_name,
+                config.environment.num_envs,
+                seed,
+                config.self_play.game_segment_length,
+            )?))
+        } else {
+            let pool = ActorPool::spawn(
+                self.learner.network(),
+                &config.environment.env_name,
+                config.self_play.num_actors,
+                config.environment.num_envs,
+                seed,
+                config.self_play.game_segment_length,
+                &search,
+            )?;
+            pool.publish(
+                self.learner.network(),
+                config.temperature_at(self.progress()) as f32,
+            )?;
+            Source::Threads(pool)
+        };
+        let mut published_at = self.counters.training_steps;
         let min_replay = config.min_replay_transitions();
         let ratio = config.training.train_ratio;
         // Env steps at which training became possible (replay warm); counts the ratio from there.
@@ -298,7 +313,12 @@ impl<'a> Run<'a> {
             }
             let temperature = config.temperature_at(self.progress()) as f32;
             let clock = Instant::now();
-            let step = actor.step(self.learner.network(), &search, temperature)?;
+            let step = match &mut source {
+                Source::Synchronous(actor) => {
+                    actor.step(self.learner.network(), &search, temperature)?
+                }
+                Source::Threads(pool) => pool.next()?,
+            };
             self.timing.self_play += clock.elapsed().as_secs_f64();
             self.counters.env_steps += step.env_steps as u64;
             for game in step.finished_games {
@@ -358,6 +378,13 @@ impl<'a> Run<'a> {
                     {
                         break;
                     }
+                }
+            }
+
+            if let Source::Threads(pool) = &source {
+                if self.counters.training_steps > published_at {
+                    pool.publish(self.learner.network(), temperature)?;
+                    published_at = self.counters.training_steps;
                 }
             }
 
@@ -478,6 +505,13 @@ impl<'a> Run<'a> {
         self.last_stats = Some(stats);
         Ok(())
     }
+}
+
+/// Where experience comes from: an actor stepped in turn with the learner (deterministic), or
+/// actor threads running beside it.
+enum Source {
+    Synchronous(Box<Actor>),
+    Threads(ActorPool),
 }
 
 fn next_multiple(current: u64, interval: u64) -> u64 {

@@ -1,0 +1,306 @@
+//! `cumind benchmark`: inference, search and training throughput per compute dtype and batch
+//! size, on any device. Warm-up first, the device synchronised inside every timed region,
+//! medians reported.
+
+use std::time::Instant;
+
+use candle_core::{DType, Device};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::components::{self, EnvInfo};
+use crate::config::Config;
+use crate::network::{MuZeroNetwork, NetworkError, SearchModel};
+use crate::replay::{GameHistory, ReplayBuffer};
+use crate::search::Searcher;
+use crate::train::Learner;
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchmarkPlan {
+    pub dtypes: Vec<DType>,
+    pub batch_sizes: Vec<usize>,
+    /// Timed repetitions per measurement (the median is reported).
+    pub repetitions: usize,
+    /// Untimed repetitions first.
+    pub warmup: usize,
+    /// Also time training steps (batch and unroll from the configuration).
+    pub training: bool,
+}
+
+/// One row of the results table.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchmarkRow {
+    pub dtype: String,
+    pub batch: usize,
+    /// Initial inference (representation + prediction): observations per second.
+    pub initial_per_second: f64,
+    /// Recurrent inference (dynamics + prediction): states per second.
+    pub recurrent_per_second: f64,
+    /// A whole search (initial inference + `simulations` recurrent steps), median ms.
+    pub search_ms: f64,
+    /// Simulations per second: batch x simulations / search time.
+    pub simulations_per_second: f64,
+}
+
+/// Training throughput for one dtype.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrainingRow {
+    pub dtype: String,
+    pub batch: usize,
+    pub unroll_steps: usize,
+    pub step_ms: f64,
+    pub steps_per_second: f64,
+}
+
+/// Everything `cumind benchmark` reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchmarkReport {
+    pub device: String,
+    pub env_name: String,
+    pub observation_shape: Vec<usize>,
+    pub num_actions: usize,
+    pub hidden_dim: usize,
+    pub latent_dim: usize,
+    pub num_blocks: usize,
+    pub simulations: usize,
+    pub threads: String,
+    pub rows: Vec<BenchmarkRow>,
+    pub training: Vec<TrainingRow>,
+    /// Peak resident memory of the process (CPU), in MiB; `None` where not readable.
+    pub peak_rss_mib: Option<f64>,
+}
+
+fn dtype_name(dtype: DType) -> String {
+    match dtype {
+        DType::F32 => "float32".into(),
+        DType::BF16 => "bfloat16".into(),
+        DType::F16 => "float16".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Parse `float32`, `bfloat16`, `float16` (or f32, bf16, f16).
+pub fn parse_dtype(text: &str) -> Result<DType, String> {
+    match text.trim() {
+        "float32" | "f32" => Ok(DType::F32),
+        "bfloat16" | "bf16" => Ok(DType::BF16),
+        "float16" | "f16" => Ok(DType::F16),
+        other => Err(format!(
+            "unknown dtype \"{other}\": use float32, bfloat16 or float16"
+        )),
+    }
+}
+
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(|a, b| a.total_cmp(b));
+    samples[samples.len() / 2]
+}
+
+/// Median seconds of `f` over `reps` runs after `warmup` runs, synchronising `device` after each.
+fn time<F: FnMut() -> Result<(), NetworkError>>(
+    device: &Device,
+    warmup: usize,
+    reps: usize,
+    mut f: F,
+) -> Result<f64, NetworkError> {
+    for _ in 0..warmup {
+        f()?;
+        device.synchronize()?;
+    }
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps.max(1) {
+        let start = Instant::now();
+        f()?;
+        device.synchronize()?;
+        samples.push(start.elapsed().as_secs_f64());
+    }
+    Ok(median(samples))
+}
+
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+/// A replay buffer of random games for timing training steps.
+fn random_replay(
+    config: &Config,
+    env: &EnvInfo,
+    rng: &mut StdRng,
+) -> Result<ReplayBuffer, anyhow::Error> {
+    let obs_len: usize = env.observation_shape.iter().product();
+    let a = env.num_actions;
+    let mut replay = ReplayBuffer::new(components::replay_config(config, env));
+    for _ in 0..20 {
+        let first: Vec<f32> = (0..obs_len).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let mut game = GameHistory::new(obs_len, a, &first, 0);
+        for _ in 0..50 {
+            let next: Vec<f32> = (0..obs_len).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let policy = vec![1.0 / a as f32; a];
+            game.push(
+                rng.random_range(0..a),
+                1.0,
+                rng.random_range(0.0..50.0),
+                &policy,
+                &next,
+                0,
+            );
+        }
+        game.finish(true, 0.0);
+        replay.save_game(game)?;
+    }
+    Ok(replay)
+}
+
+/// Run the benchmark for the network and search of `config` on `device`.
+pub fn run(
+    config: &Config,
+    device: &Device,
+    plan: &BenchmarkPlan,
+) -> Result<BenchmarkReport, anyhow::Error> {
+    let env = EnvInfo::of(config)?;
+    let spec = components::network_spec(config, &env);
+    let search = components::search_config(config, &env);
+    let obs_len = spec.obs_len();
+    let mut rng = StdRng::seed_from_u64(config.other.seed);
+    let mut rows = Vec::new();
+    let mut training = Vec::new();
+    for &dtype in &plan.dtypes {
+        let network = MuZeroNetwork::new(spec.clone(), config.other.seed, device, dtype)?;
+        for &batch in &plan.batch_sizes {
+            let observations: Vec<f32> = (0..batch * obs_len)
+                .map(|_| rng.random_range(-0.1..0.1))
+                .collect();
+            let actions: Vec<usize> = (0..batch).map(|i| i % env.num_actions).collect();
+            let obs_tensor = network.observation_tensor(&observations)?;
+            let latent = network.represent(&obs_tensor)?;
+            let one_hot = network.action_tensor(&actions)?;
+            let initial = time(device, plan.warmup, plan.repetitions, || {
+                let latent = network.represent(&obs_tensor)?;
+                let (p, v) = network.predict(&latent)?;
+                // Bring the outputs to the host, as the search does.
+                p.flatten_all()?.to_vec1::<f32>()?;
+                v.flatten_all()?.to_vec1::<f32>()?;
+                Ok(())
+            })?;
+            let recurrent = time(device, plan.warmup, plan.repetitions, || {
+                let (next, r) = network.dynamics(&latent, &one_hot)?;
+                let (p, v) = network.predict(&next)?;
+                p.flatten_all()?.to_vec1::<f32>()?;
+                v.flatten_all()?.to_vec1::<f32>()?;
+                r.flatten_all()?.to_vec1::<f32>()?;
+                Ok(())
+            })?;
+            let masks = vec![true; batch * env.num_actions];
+            let mut searcher = Searcher::new();
+            let mut search_rng = StdRng::seed_from_u64(1);
+            let search_time = time(device, plan.warmup.min(3), plan.repetitions, || {
+                let mut model = SearchModel::new(&network);
+                searcher
+                    .run(
+                        &mut model,
+                        &search,
+                        &observations,
+                        batch,
+                        &masks,
+                        true,
+                        &mut search_rng,
+                    )
+                    .map_err(|e| NetworkError::Candle(candle_core::Error::Msg(e.to_string())))?;
+                Ok(())
+            })?;
+            rows.push(BenchmarkRow {
+                dtype: dtype_name(dtype),
+                batch,
+                initial_per_second: batch as f64 / initial,
+                recurrent_per_second: batch as f64 / recurrent,
+                search_ms: search_time * 1e3,
+                simulations_per_second: (batch * search.num_simulations) as f64 / search_time,
+            });
+        }
+        if plan.training {
+            let replay = random_replay(config, &env, &mut rng)?;
+            let mut learner = Learner::new(network, components::learner_config(config, 1_000_000))?;
+            let batch_size = config.training.batch_size;
+            let mut sample_rng = StdRng::seed_from_u64(2);
+            let step = time(device, plan.warmup.min(3), plan.repetitions, || {
+                let batch = replay
+                    .sample(batch_size, &mut sample_rng)
+                    .map_err(|e| NetworkError::Candle(candle_core::Error::Msg(e.to_string())))?;
+                learner.train_step(&batch)?;
+                Ok(())
+            })?;
+            training.push(TrainingRow {
+                dtype: dtype_name(dtype),
+                batch: batch_size,
+                unroll_steps: config.self_play.num_unroll_steps,
+                step_ms: step * 1e3,
+                steps_per_second: 1.0 / step,
+            });
+        }
+    }
+    Ok(BenchmarkReport {
+        device: format!("{device:?}"),
+        env_name: config.environment.env_name.clone(),
+        observation_shape: env.observation_shape.clone(),
+        num_actions: env.num_actions,
+        hidden_dim: spec.hidden_dim,
+        latent_dim: spec.latent_dim,
+        num_blocks: spec.num_blocks,
+        simulations: search.num_simulations,
+        threads: std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "unset".into()),
+        rows,
+        training,
+        peak_rss_mib: peak_rss_mib(),
+    })
+}
+
+impl BenchmarkReport {
+    /// A plain-text (Markdown) table.
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "device {} | {} obs {:?}, {} actions | hidden {}, latent {}, blocks {} | {} simulations | RAYON_NUM_THREADS={}\n\n",
+            self.device,
+            self.env_name,
+            self.observation_shape,
+            self.num_actions,
+            self.hidden_dim,
+            self.latent_dim,
+            self.num_blocks,
+            self.simulations,
+            self.threads
+        );
+        out.push_str(
+            "| dtype | batch | initial inf/s | recurrent inf/s | ms/search | simulations/s |\n",
+        );
+        out.push_str("|---|---:|---:|---:|---:|---:|\n");
+        for r in &self.rows {
+            out.push_str(&format!(
+                "| {} | {} | {:.0} | {:.0} | {:.2} | {:.0} |\n",
+                r.dtype,
+                r.batch,
+                r.initial_per_second,
+                r.recurrent_per_second,
+                r.search_ms,
+                r.simulations_per_second
+            ));
+        }
+        if !self.training.is_empty() {
+            out.push_str("\n| dtype | train batch | unroll K | ms/step | steps/s |\n|---|---:|---:|---:|---:|\n");
+            for t in &self.training {
+                out.push_str(&format!(
+                    "| {} | {} | {} | {:.2} | {:.1} |\n",
+                    t.dtype, t.batch, t.unroll_steps, t.step_ms, t.steps_per_second
+                ));
+            }
+        }
+        if let Some(mib) = self.peak_rss_mib {
+            out.push_str(&format!("\npeak resident memory: {mib:.0} MiB\n"));
+        }
+        out
+    }
+}
