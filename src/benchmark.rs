@@ -27,6 +27,9 @@ pub struct BenchmarkPlan {
     pub warmup: usize,
     /// Also time training steps (batch and unroll from the configuration).
     pub training: bool,
+    /// Devices for the training measurement: it is repeated with 1, 2, ... replicas up to
+    /// `devices.len()` (the first device is the one inference and search run on).
+    pub devices: Vec<Device>,
 }
 
 /// One row of the results table.
@@ -48,6 +51,7 @@ pub struct BenchmarkRow {
 #[derive(Debug, Clone, Serialize)]
 pub struct TrainingRow {
     pub dtype: String,
+    pub replicas: usize,
     pub batch: usize,
     pub unroll_steps: usize,
     pub step_ms: f64,
@@ -157,11 +161,9 @@ fn random_replay(
 }
 
 /// Run the benchmark for the network and search of `config` on `device`.
-pub fn run(
-    config: &Config,
-    device: &Device,
-    plan: &BenchmarkPlan,
-) -> Result<BenchmarkReport, anyhow::Error> {
+pub fn run(config: &Config, plan: &BenchmarkPlan) -> Result<BenchmarkReport, anyhow::Error> {
+    anyhow::ensure!(!plan.devices.is_empty(), "the benchmark needs a device");
+    let device = &plan.devices[0];
     let env = EnvInfo::of(config)?;
     let spec = components::network_spec(config, &env);
     let search = components::search_config(config, &env);
@@ -224,23 +226,36 @@ pub fn run(
         }
         if plan.training {
             let replay = random_replay(config, &env, &mut rng)?;
-            let mut learner = Learner::new(network, components::learner_config(config, 1_000_000))?;
             let batch_size = config.training.batch_size;
-            let mut sample_rng = StdRng::seed_from_u64(2);
-            let step = time(device, plan.warmup.min(3), plan.repetitions, || {
-                let batch = replay
-                    .sample(batch_size, &mut sample_rng)
-                    .map_err(|e| NetworkError::Candle(candle_core::Error::Msg(e.to_string())))?;
-                learner.train_step(&batch)?;
-                Ok(())
-            })?;
-            training.push(TrainingRow {
-                dtype: dtype_name(dtype),
-                batch: batch_size,
-                unroll_steps: config.self_play.num_unroll_steps,
-                step_ms: step * 1e3,
-                steps_per_second: 1.0 / step,
-            });
+            for replicas in 1..=plan.devices.len() {
+                if !batch_size.is_multiple_of(replicas) {
+                    continue;
+                }
+                let mut learner = Learner::with_devices(
+                    network.clone(),
+                    components::learner_config(config, 1_000_000),
+                    &plan.devices[..replicas],
+                )?;
+                let mut sample_rng = StdRng::seed_from_u64(2);
+                let step = time(device, plan.warmup.min(3), plan.repetitions, || {
+                    let batch = replay.sample(batch_size, &mut sample_rng).map_err(|e| {
+                        NetworkError::Candle(candle_core::Error::Msg(e.to_string()))
+                    })?;
+                    learner.train_step(&batch)?;
+                    for d in &plan.devices[..replicas] {
+                        d.synchronize()?;
+                    }
+                    Ok(())
+                })?;
+                training.push(TrainingRow {
+                    dtype: dtype_name(dtype),
+                    replicas,
+                    batch: batch_size,
+                    unroll_steps: config.self_play.num_unroll_steps,
+                    step_ms: step * 1e3,
+                    steps_per_second: 1.0 / step,
+                });
+            }
         }
     }
     Ok(BenchmarkReport {
@@ -290,11 +305,11 @@ impl BenchmarkReport {
             ));
         }
         if !self.training.is_empty() {
-            out.push_str("\n| dtype | train batch | unroll K | ms/step | steps/s |\n|---|---:|---:|---:|---:|\n");
+            out.push_str("\n| dtype | replicas | train batch | unroll K | ms/step | steps/s |\n|---|---:|---:|---:|---:|---:|\n");
             for t in &self.training {
                 out.push_str(&format!(
-                    "| {} | {} | {} | {:.2} | {:.1} |\n",
-                    t.dtype, t.batch, t.unroll_steps, t.step_ms, t.steps_per_second
+                    "| {} | {} | {} | {} | {:.2} | {:.1} |\n",
+                    t.dtype, t.replicas, t.batch, t.unroll_steps, t.step_ms, t.steps_per_second
                 ));
             }
         }

@@ -74,6 +74,9 @@ pub struct BenchmarkArgs {
     /// Skip the training-step measurement.
     #[arg(long)]
     pub no_training: bool,
+    /// Measure training with 1..=N model replicas (N CPU replicas, or N consecutive GPUs).
+    #[arg(long, default_value_t = 1)]
+    pub num_devices: usize,
     /// Write the results as JSON here.
     #[arg(long, default_value = "benchmark.json")]
     pub out: PathBuf,
@@ -417,7 +420,7 @@ fn run_benchmark(config_args: &ConfigArgs, args: BenchmarkArgs) -> Result<()> {
     }
     let config = config_args.load_with(extra)?;
     set_thread_count(&config);
-    let device = open_device(&config.device.device_type)?;
+    let devices = open_devices(&config.device.device_type, args.num_devices)?;
     let dtypes = args
         .dtypes
         .iter()
@@ -432,8 +435,9 @@ fn run_benchmark(config_args: &ConfigArgs, args: BenchmarkArgs) -> Result<()> {
         repetitions: args.repetitions.max(1),
         warmup: args.warmup,
         training: !args.no_training,
+        devices,
     };
-    let report = crate::benchmark::run(&config, &device, &plan)?;
+    let report = crate::benchmark::run(&config, &plan)?;
     println!("{}", report.table());
     let json = serde_json::to_string_pretty(&report)?;
     std::fs::write(&args.out, json)
