@@ -27,9 +27,9 @@ pub enum AgentError {
     Checkpoint(#[from] CheckpointError),
     #[error("the checkpoint's environment `{0}` is not known to this build")]
     UnknownEnvironment(String),
-    #[error("network: {0}")]
+    #[error("network error")]
     Network(#[from] NetworkError),
-    #[error("search: {0}")]
+    #[error("search failed")]
     Search(#[from] SearchError),
     #[error(
         "observation {index} has {got} values, expected {expected} (observation shape {shape:?})"

@@ -47,19 +47,16 @@ pub enum CheckpointError {
         "checkpoint {path} has format version {found}, this build reads version {FORMAT_VERSION}"
     )]
     Version { path: String, found: u32 },
-    #[error("I/O error on {path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("tensor error: {0}")]
+    #[error("I/O error on {path}: {error}")]
+    Io { path: String, error: std::io::Error },
+    #[error("tensor error")]
     Candle(#[from] candle_core::Error),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
-    move |source| CheckpointError::Io {
+    move |error| CheckpointError::Io {
         path: path.display().to_string(),
-        source,
+        error,
     }
 }
 

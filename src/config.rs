@@ -26,15 +26,12 @@ pub const ENV_PREFIX: &str = "CUMIND";
 /// A configuration that could not be loaded.
 #[derive(Debug, Error)]
 pub enum ConfigError {
-    #[error("cannot read configuration file {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("{origin} is not valid JSON: {source}")]
+    #[error("cannot read configuration file {path}: {error}")]
+    Read { path: String, error: std::io::Error },
+    #[error("{origin} is not valid JSON: {error}")]
     Json {
         origin: String,
-        source: serde_json::Error,
+        error: serde_json::Error,
     },
     #[error("{origin} must be a JSON object of sections, found {found}")]
     NotAnObject { origin: String, found: String },
@@ -42,7 +39,7 @@ pub enum ConfigError {
         "bad --set flag `{flag}`: expected section.key=value (for example training.batch_size=64)"
     )]
     BadSet { flag: String },
-    #[error("configuration layering failed: {0}")]
+    #[error("configuration layering failed")]
     Layering(#[from] config::ConfigError),
     #[error("configuration key `{key}`: {message}")]
     Invalid { key: String, message: String },
@@ -271,9 +268,9 @@ pub fn normalise_section_name(name: &str) -> String {
 
 fn normalised_json(text: &str, origin: &str) -> Result<String, ConfigError> {
     let value: serde_json::Value =
-        serde_json::from_str(text).map_err(|source| ConfigError::Json {
+        serde_json::from_str(text).map_err(|error| ConfigError::Json {
             origin: origin.to_string(),
-            source,
+            error,
         })?;
     let serde_json::Value::Object(sections) = value else {
         return Err(ConfigError::NotAnObject {
@@ -342,9 +339,9 @@ impl Config {
             FileFormat::Json,
         ));
         if let Some(path) = &sources.file {
-            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
                 path: path.display().to_string(),
-                source,
+                error,
             })?;
             let origin = format!("configuration file {}", path.display());
             builder = builder.add_source(File::from_str(

@@ -25,11 +25,11 @@ use crate::search::{run_search, select_action, SearchConfig, SearchError};
 /// Errors of self-play and evaluation.
 #[derive(Debug, thiserror::Error)]
 pub enum SelfPlayError {
-    #[error("environment: {0}")]
+    #[error("environment error")]
     Env(#[from] EnvError),
-    #[error("search: {0}")]
+    #[error("search failed")]
     Search(#[from] SearchError),
-    #[error("model: {0}")]
+    #[error("model error")]
     Model(#[from] ModelError),
 }
 

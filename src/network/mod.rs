@@ -23,7 +23,7 @@ pub use search_model::SearchModel;
 /// Errors from building or running a network.
 #[derive(Debug, Error)]
 pub enum NetworkError {
-    #[error("candle: {0}")]
+    #[error("candle error")]
     Candle(#[from] candle_core::Error),
     #[error("parameter `{0}` is missing (checkpoint of a different architecture?)")]
     MissingParameter(String),
@@ -43,8 +43,22 @@ pub enum NetworkError {
         per_observation: usize,
         shape: Vec<usize>,
     },
+    #[error("a batch of {batch} does not split evenly over {replicas} replicas (make training.batch_size a multiple of the device count)")]
+    BatchSplit { batch: usize, replicas: usize },
     #[error("action {action} is out of range for {num_actions} actions")]
     ActionOutOfRange { action: usize, num_actions: usize },
+}
+
+/// `err` and its sources, joined with ": " (for errors that must travel as a string).
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 /// Everything that fixes a network's architecture.

@@ -219,11 +219,9 @@ impl Learner {
         let results: Vec<ReplicaResult> = if n == 1 {
             vec![self.replicas[0].gradients(batch, &self.config)?]
         } else {
-            let parts = batch.split(n).ok_or_else(|| {
-                NetworkError::Candle(candle_core::Error::Msg(format!(
-                    "batch of {} does not split evenly over {n} replicas",
-                    batch.batch_size
-                )))
+            let parts = batch.split(n).ok_or(NetworkError::BatchSplit {
+                batch: batch.batch_size,
+                replicas: n,
             })?;
             let config = &self.config;
             std::thread::scope(|scope| {

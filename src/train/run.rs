@@ -430,8 +430,9 @@ impl<'a> Run<'a> {
                     eval.returns.len()
                 );
                 match &bar {
-                    Some(b) => b.println(line),
-                    None => eprintln!("{line}"),
+                    // A hidden bar (not a terminal) would swallow the line.
+                    Some(b) if !b.is_hidden() => b.println(line),
+                    _ => eprintln!("{line}"),
                 }
                 self.last_eval = Some(eval);
                 if config.training.stop_return != 0.0 && mean_return >= config.training.stop_return
