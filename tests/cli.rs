@@ -346,3 +346,49 @@ fn tictactoe_agent_is_evaluated_against_random_and_can_be_played() {
         "{t}"
     );
 }
+
+#[test]
+fn ctrl_c_saves_a_checkpoint_and_exits_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = cumind(dir.path())
+        .args([
+            "--config",
+            &catch_preset(),
+            "--set",
+            "training.checkpoint_root_dir=ckpt",
+            "--set",
+            "other.log_dir=runs",
+            "--set",
+            "other.run_name=interrupted",
+            "--set",
+            "training.checkpoint_interval=100000",
+            "--set",
+            "training.eval_interval=0",
+            "--set",
+            "training.max_env_steps=10000000",
+            "train",
+            "--no-progress",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Let it train for a while (no periodic checkpoint will come), then interrupt.
+    std::thread::sleep(Duration::from_secs(4));
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("stopped: interrupted"), "{t}");
+    let run = dir.path().join("ckpt/interrupted");
+    let latest = std::fs::read_to_string(run.join("latest")).unwrap();
+    let meta: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(run.join(latest.trim()).join("metadata.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(meta["counters"]["env_steps"].as_u64().unwrap() > 0);
+}

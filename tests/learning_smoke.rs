@@ -97,3 +97,23 @@ fn synchronous_training_is_reproducible_for_a_seed() {
         "a different seed should give a different run"
     );
 }
+
+#[test]
+fn actor_threads_learn_beside_the_learner() {
+    let config = catch_config(&["self_play.num_actors=2", "training.eval_interval=0"]);
+    let mut sink = MemorySink::default();
+    let summary = train(&config, &[Device::Cpu], &options(), &mut sink).unwrap();
+    let c = &summary.counters;
+    assert!(c.env_steps >= config.training.max_env_steps as u64);
+    // The replay ratio holds: training steps follow the environment steps after warm-up.
+    let max_steps = (c.env_steps as f64 * config.training.train_ratio).ceil() as u64;
+    assert!(
+        c.training_steps <= max_steps && c.training_steps > max_steps / 2,
+        "{c:?}"
+    );
+    // A random policy scores about -0.6 on Catch; the threads' data taught something.
+    let env = EnvInfo::of(&config).unwrap();
+    let search = components::search_config(&config, &env);
+    let eval = evaluate(&summary.network, "Catch", 40, &search, 99).unwrap();
+    assert!(eval.mean_return() > 0.0, "returns: {:?}", eval.returns);
+}

@@ -244,8 +244,17 @@ mod tests {
 
     #[test]
     fn loss_falls_on_a_fixed_batch() {
+        loss_falls_in(DType::F32);
+    }
+
+    #[test]
+    fn loss_falls_on_a_fixed_batch_in_bf16() {
+        loss_falls_in(DType::BF16);
+    }
+
+    fn loss_falls_in(dtype: DType) {
         use crate::train::optimizer::{AdamW, AdamWConfig};
-        let net = MuZeroNetwork::new(spec(), 4, &Device::Cpu, DType::F32).unwrap();
+        let net = MuZeroNetwork::new(spec(), 4, &Device::Cpu, dtype).unwrap();
         let replay = buffer(5);
         let mut rng = rand::rngs::StdRng::seed_from_u64(6);
         let batch = replay.sample(32, &mut rng).unwrap();
@@ -281,6 +290,8 @@ mod tests {
         assert!(fin < 0.5 * initial, "loss {initial} -> {fin}");
         assert!(last.value < init_v && last.reward < init_r && last.policy < init_p);
         assert_eq!(last.priorities.len(), 32);
+        // Parameters (and so the optimizer's updates) stay f32 whatever the compute dtype.
+        assert!(net.params().vars().iter().all(|v| v.dtype() == DType::F32));
     }
 
     #[test]

@@ -1,0 +1,84 @@
+//! The library API: `Agent` on an in-memory network and on a checkpoint; bad input is an
+//! error that says what was expected.
+
+use candle_core::{DType, Device};
+use cumind::agent::Agent;
+use cumind::components::{self, EnvInfo};
+use cumind::config::{Config, ConfigSources};
+use cumind::network::MuZeroNetwork;
+
+fn agent(env: &str) -> Agent {
+    let config = Config::load(&ConfigSources {
+        sets: vec![
+            format!("environment.env_name={env}"),
+            "mcts.num_simulations=8".into(),
+        ],
+        ..Default::default()
+    })
+    .unwrap();
+    let info = EnvInfo::of(&config).unwrap();
+    let net = MuZeroNetwork::new(
+        components::network_spec(&config, &info),
+        1,
+        &Device::Cpu,
+        DType::F32,
+    )
+    .unwrap();
+    Agent::from_network(net, config)
+}
+
+#[test]
+fn selects_valid_actions_single_and_batched() {
+    let mut agent = agent("CartPole-v1");
+    let a = agent.select_action(&[0.0, 0.1, -0.02, 0.3], false).unwrap();
+    assert!(a < 2);
+    let obs = [
+        [0.0f32, 0.1, -0.02, 0.3],
+        [0.5, -0.1, 0.02, -0.3],
+        [0.0, 0.0, 0.0, 0.0],
+    ];
+    let refs: Vec<&[f32]> = obs.iter().map(|o| o.as_slice()).collect();
+    let actions = agent.select_actions(&refs, true).unwrap();
+    assert_eq!(actions.len(), 3);
+    assert!(actions.iter().all(|&a| a < 2));
+    // Greedy selection is deterministic.
+    let again = agent.select_action(&[0.0, 0.1, -0.02, 0.3], false).unwrap();
+    assert_eq!(a, again);
+}
+
+#[test]
+fn masks_are_respected_for_games() {
+    let mut agent = agent("TicTacToe");
+    let obs = vec![0.0f32; 27];
+    for legal_cell in 0..9 {
+        let mut mask = [false; 9];
+        mask[legal_cell] = true;
+        let a = agent
+            .select_actions_masked(&[&obs], &[&mask], true)
+            .unwrap()[0];
+        assert_eq!(a, legal_cell);
+    }
+}
+
+#[test]
+fn wrong_shapes_and_missing_checkpoints_are_clear_errors() {
+    let mut agent = agent("CartPole-v1");
+    let err = agent
+        .select_action(&[0.0, 1.0, 2.0], false)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("3 values") && err.contains("expected 4"),
+        "{err}"
+    );
+    let obs = [0.0f32; 4];
+    let err = agent
+        .select_actions_masked(&[&obs], &[&[true]], false)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("expected 2"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let err = Agent::load(dir.path()).err().unwrap().to_string();
+    assert!(err.contains("no checkpoint"), "{err}");
+}
