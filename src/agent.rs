@@ -18,7 +18,7 @@ use crate::checkpoint::{self, CheckpointError};
 use crate::components::{self, EnvInfo};
 use crate::config::Config;
 use crate::network::{compute_dtype, MuZeroNetwork, NetworkError, SearchModel};
-use crate::search::{run_search, select_action, SearchConfig, SearchError};
+use crate::search::{choose_actions, run_search, SearchConfig, SearchError};
 
 /// Errors of the library API.
 #[derive(Debug, Error)]
@@ -187,18 +187,6 @@ impl Agent {
             &mut self.rng,
         )?;
         let temperature = if training { 1.0 } else { 0.0 };
-        Ok(match &out.gumbel_actions {
-            Some(actions) => actions.clone(),
-            None => (0..observations.len())
-                .map(|i| {
-                    select_action(
-                        &out.visit_counts[i * a..(i + 1) * a],
-                        &masks[i * a..(i + 1) * a],
-                        temperature,
-                        &mut self.rng,
-                    )
-                })
-                .collect(),
-        })
+        Ok(choose_actions(&out, &masks, temperature, &mut self.rng))
     }
 }

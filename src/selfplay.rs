@@ -20,7 +20,7 @@ use cumind_envs::{EnvError, EpisodeStats, VectorEnv};
 use crate::model::ModelError;
 use crate::network::{MuZeroNetwork, SearchModel};
 use crate::replay::GameHistory;
-use crate::search::{run_search, select_action, SearchConfig, SearchError};
+use crate::search::{choose_actions, run_search, SearchConfig, SearchError};
 
 /// Errors of self-play and evaluation.
 #[derive(Debug, thiserror::Error)]
@@ -113,20 +113,7 @@ impl Actor {
         let masks: Vec<bool> = self.envs.legal_action_masks().concat();
         let mut model = SearchModel::new(network);
         let out = run_search(&mut model, search, &flat, n, &masks, true, &mut self.rng)?;
-        let actions: Vec<usize> = match &out.gumbel_actions {
-            // Gumbel MuZero acts with its own selected action while training.
-            Some(g) => g.clone(),
-            None => (0..n)
-                .map(|i| {
-                    select_action(
-                        &out.visit_counts[i * a..(i + 1) * a],
-                        &masks[i * a..(i + 1) * a],
-                        temperature,
-                        &mut self.rng,
-                    )
-                })
-                .collect(),
-        };
+        let actions: Vec<usize> = choose_actions(&out, &masks, temperature, &mut self.rng);
         let result = self.envs.step(&actions)?;
         let to_play = self.envs.to_play();
         let mut step = ActorStep {
@@ -262,19 +249,7 @@ pub fn evaluate(
         let to_play = envs.to_play();
         let mut model = SearchModel::new(network);
         let out = run_search(&mut model, search, &flat, episodes, &masks, false, &mut rng)?;
-        let mut actions: Vec<usize> = match &out.gumbel_actions {
-            Some(g) => g.clone(),
-            None => (0..episodes)
-                .map(|i| {
-                    select_action(
-                        &out.visit_counts[i * a..(i + 1) * a],
-                        &masks[i * a..(i + 1) * a],
-                        0.0,
-                        &mut rng,
-                    )
-                })
-                .collect(),
-        };
+        let mut actions: Vec<usize> = choose_actions(&out, &masks, 0.0, &mut rng);
         let agent_moves: Vec<bool> = (0..episodes)
             .map(|i| !two_player || to_play[i] == i % 2)
             .collect();

@@ -69,6 +69,33 @@ pub fn select_action<R: Rng + ?Sized>(
     last
 }
 
+/// The action to play in every tree of a search: Gumbel MuZero's own selected action when the
+/// search made one, else [`select_action`] on each root's visit counts at `temperature`.
+///
+/// # Shapes
+/// `legal_masks`: `[B * A]`; returns `[B]`.
+pub fn choose_actions<R: Rng + ?Sized>(
+    output: &super::SearchOutput,
+    legal_masks: &[bool],
+    temperature: f32,
+    rng: &mut R,
+) -> Vec<usize> {
+    if let Some(actions) = &output.gumbel_actions {
+        return actions.clone();
+    }
+    let a = output.num_actions;
+    (0..output.batch)
+        .map(|i| {
+            select_action(
+                &output.visit_counts[i * a..(i + 1) * a],
+                &legal_masks[i * a..(i + 1) * a],
+                temperature,
+                rng,
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

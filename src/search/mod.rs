@@ -44,7 +44,7 @@ use thiserror::Error;
 
 use crate::model::{Model, ModelError, Prediction};
 
-pub use action::select_action;
+pub use action::{choose_actions, select_action};
 use gumbel::SigmaParams;
 use min_max::MinMaxStats;
 use tree::{Tree, ROOT};
