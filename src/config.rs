@@ -84,7 +84,8 @@ pub struct TrainingConfig {
     pub checkpoint_interval: usize,
     /// Stop after this many finished self-play episodes (0: no limit).
     pub num_episodes: usize,
-    /// Vector-environment steps between learner phases in synchronous mode.
+    /// Actor steps (one step of every environment) between learner phases; each phase takes
+    /// the training steps `train_ratio` has accumulated since the last one.
     pub train_frequency: usize,
     /// Directory that holds one checkpoint directory per run.
     pub checkpoint_root_dir: String,
@@ -187,7 +188,8 @@ pub struct DataTypesConfig {
     /// Compute dtype of the forward pass: float32, bfloat16, float16 or auto
     /// (bfloat16 on CUDA, float32 on the CPU). Parameters stay float32.
     pub model_dtype: String,
-    /// Integer dtype of action tensors: int64 or int32 (stored as u32 by candle).
+    /// int64 or int32. Accepted (and validated) for files of the Python CuMind; unused here,
+    /// since actions enter the networks one-hot.
     pub action_dtype: String,
     /// Dtype in which targets and losses are reduced: float32 only.
     pub target_dtype: String,

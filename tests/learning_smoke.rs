@@ -117,3 +117,34 @@ fn actor_threads_learn_beside_the_learner() {
     let eval = evaluate(&summary.network, "Catch", 40, &search, 99).unwrap();
     assert!(eval.mean_return() > 0.0, "returns: {:?}", eval.returns);
 }
+
+#[test]
+fn train_frequency_spaces_the_learner_phases() {
+    // 480 env steps = 30 actor steps of 16 environments: a phase every 20 actor steps runs
+    // once (at step 20); a phase every 40 never comes.
+    let run = |frequency: &str| {
+        let config = catch_config(&[
+            "training.max_env_steps=480",
+            "training.eval_interval=0",
+            "memory.min_memory_size=16",
+            frequency,
+        ]);
+        train(
+            &config,
+            &[Device::Cpu],
+            &options(),
+            &mut MemorySink::default(),
+        )
+        .unwrap()
+        .counters
+        .training_steps
+    };
+    let every = run("training.train_frequency=1");
+    let once = run("training.train_frequency=20");
+    let never = run("training.train_frequency=40");
+    assert_eq!(never, 0);
+    assert!(
+        once > 0 && once < every,
+        "every step: {every}, every 20: {once}"
+    );
+}

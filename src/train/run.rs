@@ -285,6 +285,8 @@ impl<'a> Run<'a> {
             Source::Threads(pool)
         };
         let mut published_at = self.counters.training_steps;
+        // Actor steps since the last learner phase (phases come every `train_frequency`).
+        let mut actor_steps_since_training = 0usize;
         let min_replay = config.min_replay_transitions();
         let ratio = config.training.train_ratio;
         // Env steps at which training became possible (replay warm); counts the ratio from there.
@@ -360,7 +362,10 @@ impl<'a> Run<'a> {
             if warm_at.is_none() && self.replay.num_transitions() >= min_replay {
                 warm_at = Some(self.counters.env_steps);
             }
-            if let Some(warm) = warm_at {
+            actor_steps_since_training += 1;
+            let phase_due = actor_steps_since_training >= config.training.train_frequency;
+            if let (Some(warm), true) = (warm_at, phase_due) {
+                actor_steps_since_training = 0;
                 let owed = trained_at_warm
                     + ((self.counters.env_steps - warm) as f64 * ratio).ceil() as u64;
                 while self.counters.training_steps < owed {
