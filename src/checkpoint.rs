@@ -391,6 +391,7 @@ mod tests {
             latent_dim: 4,
             num_blocks: 0,
             conv_channels: 4,
+            force_mlp: false,
             value_support: crate::support::Support::symmetric(3),
             reward_support: crate::support::Support::symmetric(1),
         }

@@ -39,6 +39,7 @@ pub fn network_spec(config: &Config, env: &EnvInfo) -> NetworkSpec {
         latent_dim: n.latent_dim,
         num_blocks: n.num_blocks,
         conv_channels: n.conv_channels,
+        force_mlp: n.network_type == "mlp",
         value_support: Support::symmetric(n.value_support_size as u32),
         reward_support: Support::symmetric(n.reward_support_size as u32),
     }

@@ -64,6 +64,8 @@ pub struct NetworkConfig {
     pub num_blocks: usize,
     /// Channels of the conv ResNet used for image-like (board) observations.
     pub conv_channels: usize,
+    /// "auto" (conv ResNet for `[C, H, W]` observations, MLP otherwise), "mlp" or "conv".
+    pub network_type: String,
     /// Value head support is the integers `-n..=n` (after the h(x) transform).
     pub value_support_size: usize,
     /// Reward head support is the integers `-n..=n` (after the h(x) transform).
@@ -430,6 +432,11 @@ impl Config {
         at_least("network_architecture.hidden_dim", n.hidden_dim, 1)?;
         at_least("network_architecture.latent_dim", n.latent_dim, 1)?;
         at_least("network_architecture.conv_channels", n.conv_channels, 1)?;
+        one_of(
+            "network_architecture.network_type",
+            &n.network_type,
+            &["auto", "mlp", "conv"],
+        )?;
         at_least(
             "network_architecture.value_support_size",
             n.value_support_size,
@@ -541,6 +548,17 @@ impl Config {
                     format!("{shape:?} does not match {}, whose observations have shape {actual:?} (or set it to null)", e.env_name),
                 ));
             }
+        }
+
+        if n.network_type == "conv" && env.observation_space().shape().len() != 3 {
+            return Err(invalid(
+                "network_architecture.network_type",
+                format!(
+                    "\"conv\" needs [C, H, W] observations; {} has shape {:?} (use \"mlp\" or \"auto\")",
+                    e.env_name,
+                    env.observation_space().shape()
+                ),
+            ));
         }
 
         let s = &self.self_play;
@@ -843,6 +861,25 @@ mod tests {
         .unwrap();
         assert_eq!(back, c);
         assert!(c.to_json().contains("\"Network architecture\""));
+    }
+
+    #[test]
+    fn network_type_is_validated_against_the_observations() {
+        let text = error_text(load_with(sets(&["network_architecture.network_type=conv"])));
+        assert!(
+            text.contains("[C, H, W]") && text.contains("CartPole-v1"),
+            "{text}"
+        );
+        let text = error_text(load_with(sets(&[
+            "network_architecture.network_type=transformer",
+        ])));
+        assert!(text.contains("network_architecture.network_type"), "{text}");
+        let c = load_with(sets(&[
+            "environment.env_name=TicTacToe",
+            "network_architecture.network_type=conv",
+        ]))
+        .unwrap();
+        assert_eq!(c.network_architecture.network_type, "conv");
     }
 
     #[test]

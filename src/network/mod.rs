@@ -71,6 +71,9 @@ pub struct NetworkSpec {
     pub num_blocks: usize,
     /// Channels of the conv trunks (used when observations are `[C, H, W]`).
     pub conv_channels: usize,
+    /// Use the MLP even for `[C, H, W]` observations (flattened).
+    #[serde(default)]
+    pub force_mlp: bool,
     pub value_support: Support,
     pub reward_support: Support,
 }
@@ -81,10 +84,10 @@ impl NetworkSpec {
         self.observation_shape.iter().product()
     }
 
-    /// Image-like observations `[C, H, W]` get the conv ResNet; everything else is flattened
-    /// into the MLP.
+    /// Image-like observations `[C, H, W]` get the conv ResNet (unless `force_mlp`); everything
+    /// else is flattened into the MLP.
     pub fn uses_conv(&self) -> bool {
-        self.observation_shape.len() == 3
+        self.observation_shape.len() == 3 && !self.force_mlp
     }
 
     /// Shape of one latent state: `[latent_dim]` (MLP) or `[conv_channels, H, W]` (conv).

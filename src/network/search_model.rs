@@ -171,6 +171,7 @@ mod tests {
             latent_dim: 6,
             num_blocks: 1,
             conv_channels: 4,
+            force_mlp: false,
             value_support: Support::symmetric(4),
             reward_support: Support::symmetric(2),
         }

@@ -130,6 +130,7 @@ mod tests {
             latent_dim: 8,
             num_blocks: 1,
             conv_channels: 4,
+            force_mlp: false,
             value_support: Support::symmetric(5),
             reward_support: Support::symmetric(2),
         }
