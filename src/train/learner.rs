@@ -127,6 +127,9 @@ struct ReplicaResult {
 pub struct Learner {
     replicas: Vec<Replica>,
     config: LearnerConfig,
+    /// NCCL communicators when every replica is on its own GPU (feature `nccl`).
+    #[cfg(feature = "nccl")]
+    reducer: Option<super::nccl::NcclReducer>,
 }
 
 impl Learner {
@@ -156,7 +159,16 @@ impl Learner {
             network
         };
         replicas.insert(0, Replica::new(primary, &config)?);
-        Ok(Self { replicas, config })
+        Ok(Self {
+            replicas,
+            config,
+            #[cfg(feature = "nccl")]
+            reducer: if devices.len() > 1 && devices.iter().all(Device::is_cuda) {
+                Some(super::nccl::NcclReducer::new(devices)?)
+            } else {
+                None
+            },
+        })
     }
 
     /// The (first replica's) network.
@@ -237,11 +249,14 @@ impl Learner {
                     .collect::<Result<Vec<_>, _>>()
             })?
         };
-        let grads = average_gradients(&results, self.device())?;
+        let per_replica = match self.reduce_on_devices(&results)? {
+            Some(grads) => grads,
+            None => vec![average_gradients(&results, self.device())?; n],
+        };
         let lr = self.config.schedule.at(self.steps());
         let mut report = None;
-        for replica in &mut self.replicas {
-            report = Some(replica.optimizer.step_with(&grads, lr)?);
+        for (replica, grads) in self.replicas.iter_mut().zip(&per_replica) {
+            report = Some(replica.optimizer.step_with(grads, lr)?);
         }
         let report = report.expect("at least one replica");
         if self
@@ -263,6 +278,31 @@ impl Learner {
                 .flat_map(|r| r.priorities.iter().copied())
                 .collect(),
         })
+    }
+
+    /// The replicas' gradients averaged by NCCL, one set per replica on its own GPU; `None`
+    /// when NCCL is not in use (then the in-process average serves every replica).
+    #[cfg(feature = "nccl")]
+    fn reduce_on_devices(
+        &self,
+        results: &[ReplicaResult],
+    ) -> Result<Option<Vec<Vec<Option<Tensor>>>>, NetworkError> {
+        match &self.reducer {
+            Some(reducer) => {
+                let grads: Vec<Vec<Option<Tensor>>> =
+                    results.iter().map(|r| r.grads.clone()).collect();
+                Ok(Some(reducer.average(&grads)?))
+            }
+            None => Ok(None),
+        }
+    }
+
+    #[cfg(not(feature = "nccl"))]
+    fn reduce_on_devices(
+        &self,
+        _results: &[ReplicaResult],
+    ) -> Result<Option<Vec<Vec<Option<Tensor>>>>, NetworkError> {
+        Ok(None)
     }
 
     /// Copy the online parameters into the target network (every replica).

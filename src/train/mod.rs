@@ -2,6 +2,8 @@
 
 pub mod learner;
 pub mod loss;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 pub mod optimizer;
 
 pub use learner::{Learner, LearnerConfig, TrainStats, ValueTarget};
