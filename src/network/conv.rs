@@ -1,9 +1,9 @@
 //! Representation, dynamics and prediction networks for image-like observations `[C, H, W]`
 //! (board planes): a small conv ResNet whose latent state keeps the board's spatial shape.
 
-use candle_core::{DType, Tensor, D};
+use candle_core::{DType, Tensor};
 
-use super::layers::{cast, min_max_scale, Linear};
+use super::layers::{cast, min_max_scale, scale_and_shift, standardize, Linear};
 use super::params::ParamBuilder;
 use super::{NetworkError, NetworkSpec};
 
@@ -60,30 +60,16 @@ pub struct PlaneNorm {
 
 impl PlaneNorm {
     pub fn new(pb: &mut ParamBuilder, name: &str, channels: usize) -> Result<Self, NetworkError> {
-        pb.push(name);
-        let gamma = pb.constant("weight", &[channels], 1.0);
-        let beta = pb.constant("bias", &[channels], 0.0);
-        pb.pop();
-        Ok(Self {
-            gamma: gamma?,
-            beta: beta?,
-        })
+        let (gamma, beta) = scale_and_shift(pb, name, channels)?;
+        Ok(Self { gamma, beta })
     }
 
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let dtype = x.dtype();
-        let dims = x.dims().to_vec();
-        let flat = cast(x, DType::F32)?.flatten_from(1)?;
-        let mean = flat.mean_keepdim(D::Minus1)?;
-        let centred = flat.broadcast_sub(&mean)?;
-        let var = centred.sqr()?.mean_keepdim(D::Minus1)?;
-        let normed = centred
-            .broadcast_div(&(var + 1e-5)?.sqrt()?)?
-            .reshape(dims)?;
+        let normed = standardize(&x.flatten_from(1)?, 1e-5)?.reshape(x.dims())?;
         let out = normed
             .broadcast_mul(&self.gamma.reshape((1, (), 1, 1))?)?
             .broadcast_add(&self.beta.reshape((1, (), 1, 1))?)?;
-        cast(&out, dtype)
+        cast(&out, x.dtype())
     }
 }
 

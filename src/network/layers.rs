@@ -59,41 +59,50 @@ impl Linear {
     }
 }
 
+/// `(x - mean) / sqrt(var + eps)` over the last dimension, in f32 (plain ops, so it has a
+/// backward pass; candle's fused layer norm does not).
+pub fn standardize(x: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
+    let x = cast(x, DType::F32)?;
+    let mean = x.mean_keepdim(D::Minus1)?;
+    let centred = x.broadcast_sub(&mean)?;
+    let var = centred.sqr()?.mean_keepdim(D::Minus1)?;
+    centred.broadcast_div(&(var + eps)?.sqrt()?)
+}
+
+/// A learned per-feature scale (starting at 1) and shift (starting at 0) of length `dim`.
+pub fn scale_and_shift(
+    pb: &mut ParamBuilder,
+    name: &str,
+    dim: usize,
+) -> Result<(Tensor, Tensor), NetworkError> {
+    pb.push(name);
+    let gamma = pb.constant("weight", &[dim], 1.0);
+    let beta = pb.constant("bias", &[dim], 0.0);
+    pb.pop();
+    Ok((gamma?, beta?))
+}
+
 /// Layer normalisation over the last dimension, computed in f32 for stability, with a learned
-/// scale and shift; written with plain ops so it has a backward pass.
+/// scale and shift.
 #[derive(Clone, Debug)]
 pub struct LayerNorm {
     gamma: Tensor,
     beta: Tensor,
-    eps: f64,
 }
 
 impl LayerNorm {
     pub fn new(pb: &mut ParamBuilder, name: &str, dim: usize) -> Result<Self, NetworkError> {
-        pb.push(name);
-        let gamma = pb.constant("weight", &[dim], 1.0);
-        let beta = pb.constant("bias", &[dim], 0.0);
-        pb.pop();
-        Ok(Self {
-            gamma: gamma?,
-            beta: beta?,
-            eps: 1e-5,
-        })
+        let (gamma, beta) = scale_and_shift(pb, name, dim)?;
+        Ok(Self { gamma, beta })
     }
 
     /// # Shapes
     /// `x`: `[B, dim]` -> `[B, dim]`, in `x`'s dtype.
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let dtype = x.dtype();
-        let xf = cast(x, DType::F32)?;
-        let mean = xf.mean_keepdim(D::Minus1)?;
-        let centred = xf.broadcast_sub(&mean)?;
-        let var = centred.sqr()?.mean_keepdim(D::Minus1)?;
-        let normed = centred.broadcast_div(&(var + self.eps)?.sqrt()?)?;
-        let out = normed
+        let out = standardize(x, 1e-5)?
             .broadcast_mul(&self.gamma)?
             .broadcast_add(&self.beta)?;
-        cast(&out, dtype)
+        cast(&out, x.dtype())
     }
 }
 
