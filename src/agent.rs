@@ -27,6 +27,10 @@ pub enum AgentError {
     Checkpoint(#[from] CheckpointError),
     #[error("the checkpoint's environment `{0}` is not known to this build")]
     UnknownEnvironment(String),
+    #[error(
+        "the checkpoint's network description does not match its configuration (corrupt metadata?)"
+    )]
+    InconsistentCheckpoint,
     #[error("network error")]
     Network(#[from] NetworkError),
     #[error("search failed")]
@@ -69,8 +73,11 @@ impl Agent {
     pub fn load_on(dir: impl AsRef<Path>, device: &Device) -> Result<Self, AgentError> {
         let (meta, tensors) = checkpoint::load_model(dir.as_ref(), device)?;
         let config = meta.config()?;
-        EnvInfo::of(&config)
+        let env = EnvInfo::of(&config)
             .map_err(|_| AgentError::UnknownEnvironment(config.environment.env_name.clone()))?;
+        if components::network_spec(&config, &env) != meta.network {
+            return Err(AgentError::InconsistentCheckpoint);
+        }
         let dtype = compute_dtype(&config.data_types.model_dtype, device);
         let network = MuZeroNetwork::from_tensors(meta.network.clone(), tensors, device, dtype)?;
         Ok(Self::from_network(network, config))
@@ -104,6 +111,11 @@ impl Agent {
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The search the agent plans with (from its configuration).
+    pub fn search_config(&self) -> &SearchConfig {
+        &self.search
     }
 
     pub fn network(&self) -> &MuZeroNetwork {

@@ -12,10 +12,8 @@ use candle_core::Device;
 use clap::{Args, Parser, Subcommand};
 
 use crate::checkpoint;
-use crate::components::{self, EnvInfo};
 use crate::config::{parse_device, Config, ConfigSources, DeviceKind};
 use crate::metrics::TensorBoardSink;
-use crate::network::{compute_dtype, MuZeroNetwork};
 use crate::selfplay::evaluate;
 use crate::train::run::{train, RunOptions};
 
@@ -306,28 +304,18 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
 
 fn run_eval(args: EvalArgs) -> Result<()> {
     let device = open_device(&args.device)?;
-    let (meta, tensors) = checkpoint::load_model(&args.checkpoint, &device)?;
-    let config = meta.config()?;
-    set_thread_count(&config);
-    let env = EnvInfo::of(&config)?;
-    let spec = components::network_spec(&config, &env);
-    if spec != meta.network {
-        bail!(
-            "checkpoint's network description does not match its configuration (corrupt metadata?)"
-        );
-    }
-    let dtype = compute_dtype(&config.data_types.model_dtype, &device);
-    let network = MuZeroNetwork::from_tensors(spec, tensors, &device, dtype)?;
-    let search = components::search_config(&config, &env);
+    let agent = crate::agent::Agent::load_on(&args.checkpoint, &device)?;
+    let config = agent.config();
+    set_thread_count(config);
     if args.episodes == 0 {
         bail!("--episodes must be at least 1");
     }
     let start = Instant::now();
     let eval = evaluate(
-        &network,
+        agent.network(),
         &config.environment.env_name,
         args.episodes,
-        &search,
+        agent.search_config(),
         args.seed,
     )?;
     let secs = start.elapsed().as_secs_f64();

@@ -175,16 +175,7 @@ impl Actor {
                 .iter()
                 .flat_map(|g| g.observation(g.len()).to_vec())
                 .collect();
-            let obs = network
-                .observation_tensor(&finals)
-                .map_err(ModelError::from)?;
-            let latent = network.represent(&obs).map_err(ModelError::from)?;
-            let (_, value_logits) = network.predict(&latent).map_err(ModelError::from)?;
-            let logits = value_logits
-                .flatten_all()
-                .and_then(|t| t.to_vec1::<f32>())
-                .map_err(|e| ModelError::Backend(e.to_string()))?;
-            let values = network.spec().value_support.logits_to_scalars(&logits);
+            let values = network.values(&finals).map_err(ModelError::from)?;
             for (mut game, value) in truncated_games.into_iter().zip(values) {
                 game.finish(false, value);
                 step.finished_games.push(game);

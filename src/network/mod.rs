@@ -265,6 +265,17 @@ impl MuZeroNetwork {
         Ok((next, reward.to_dtype(DType::F32)?))
     }
 
+    /// Scalar values of observations: h, then f's value head, off the categorical support.
+    ///
+    /// # Shapes
+    /// `observations`: `[B * obs_len]` -> `[B]`.
+    pub fn values(&self, observations: &[f32]) -> Result<Vec<f32>, NetworkError> {
+        let latent = self.represent(&self.observation_tensor(observations)?)?;
+        let (_, value_logits) = self.predict(&latent)?;
+        let logits = value_logits.flatten_all()?.to_vec1::<f32>()?;
+        Ok(self.spec.value_support.logits_to_scalars(&logits))
+    }
+
     /// f: latent `[B, ...]` -> (policy logits `[B, A]` f32, value logits `[B, V]` f32).
     pub fn predict(&self, latent: &Tensor) -> Result<(Tensor, Tensor), NetworkError> {
         let (policy, value) = match &self.architecture {

@@ -73,16 +73,7 @@ impl Replica {
         match mode {
             ValueTarget::StoredRoot => Ok(batch.target_values.clone()),
             ValueTarget::TargetNetwork => {
-                let obs = self
-                    .target
-                    .observation_tensor(&batch.bootstrap_observations)?;
-                let latent = self.target.represent(&obs)?;
-                let (_, value_logits) = self.target.predict(&latent)?;
-                let values = self
-                    .target
-                    .spec()
-                    .value_support
-                    .logits_to_scalars(&value_logits.flatten_all()?.to_vec1::<f32>()?);
+                let values = self.target.values(&batch.bootstrap_observations)?;
                 Ok(batch
                     .value_sums
                     .iter()
