@@ -122,6 +122,13 @@ impl Agent {
         &self.network
     }
 
+    /// Plan with other search settings (for example more simulations) than the checkpoint's.
+    /// The network is unchanged; the agent's configuration records the new `mcts` section.
+    pub fn set_search(&mut self, mcts: crate::config::MctsConfig) {
+        self.config.mcts = mcts;
+        self.search = components::search_config(&self.config, &self.env);
+    }
+
     /// Reseed the agent's random stream (noise and sampling when `training`).
     pub fn seed(&mut self, seed: u64) {
         self.rng = StdRng::seed_from_u64(seed);

@@ -12,36 +12,72 @@ use candle_core::Device;
 use clap::{Args, Parser, Subcommand};
 
 use crate::checkpoint;
-use crate::config::{parse_device, Config, ConfigSources, DeviceKind};
+use crate::config::{
+    env_var_key, is_read_by, parse_device, parse_set, Config, ConfigError, ConfigSources,
+    DeviceKind, BENCHMARK_READS,
+};
 use crate::metrics::TensorBoardSink;
 use crate::selfplay::evaluate;
 use crate::train::run::{train, RunOptions};
 
 /// CuMind: a MuZero-style agent that learns a model of its environment and plans inside it.
+///
+/// `--config` and `--set` may stand before or after the subcommand, or both: all of them
+/// count, in the order written.
 #[derive(Debug, Parser)]
 #[command(name = "cumind", version, about, long_about = None)]
 pub struct Cli {
+    /// Configuration options written before the subcommand (applied first).
     #[command(flatten)]
     pub config: ConfigArgs,
     #[command(subcommand)]
     pub command: Command,
 }
 
-/// Options shared by every subcommand that reads the configuration.
-#[derive(Debug, Args)]
+/// Configuration options; accepted before and after the subcommand.
+///
+/// Not declared `global`: clap replaces a global multi-value option's earlier occurrences with
+/// the later ones, so `--set a=1 train --set b=2` used to drop `a=1`. Each subcommand declares
+/// its own copy and [`Cli::config_args`] concatenates them in the order written.
+#[derive(Debug, Args, Clone, Default, PartialEq)]
 pub struct ConfigArgs {
-    /// A configuration file (JSON) layered over the embedded defaults, e.g. agents/catch.json.
-    #[arg(long, global = true, value_name = "PATH")]
-    pub config: Option<PathBuf>,
+    /// A configuration file (JSON) layered over the embedded defaults, e.g. agents/catch.json
+    /// (repeatable: later files override earlier ones).
+    #[arg(long = "config", value_name = "PATH")]
+    pub files: Vec<PathBuf>,
     /// Override one key: --set section.key=value (repeatable; value parsed as JSON, else a string).
-    #[arg(long = "set", global = true, value_name = "SECTION.KEY=VALUE")]
+    #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
     pub sets: Vec<String>,
+}
+
+impl ConfigArgs {
+    /// These options followed by `later`'s.
+    pub fn then(&self, later: &ConfigArgs) -> ConfigArgs {
+        ConfigArgs {
+            files: self.files.iter().chain(&later.files).cloned().collect(),
+            sets: self.sets.iter().chain(&later.sets).cloned().collect(),
+        }
+    }
+}
+
+impl Cli {
+    /// Every `--config` and `--set`, before and after the subcommand, in the order written.
+    pub fn config_args(&self) -> ConfigArgs {
+        let after = match &self.command {
+            Command::Config(args) => &args.config,
+            Command::Train(args) => &args.config,
+            Command::Eval(args) => &args.config,
+            Command::Play(args) => &args.config,
+            Command::Benchmark(args) => &args.config,
+        };
+        self.config.then(after)
+    }
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print the effective configuration as JSON (defaults <- --config <- CUMIND_* <- --set).
-    Config,
+    Config(ConfigCommandArgs),
     /// Train an agent (default: CartPole-v1 on the CPU from the embedded configuration).
     Train(TrainArgs),
     /// Play greedy episodes with a trained agent and print the mean and std of the return.
@@ -53,7 +89,15 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
+pub struct ConfigCommandArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+#[derive(Debug, Args)]
 pub struct BenchmarkArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
     /// Device: cpu, cuda or cuda:N (overrides device.device_type).
     #[arg(long)]
     pub device: Option<String>,
@@ -82,6 +126,9 @@ pub struct BenchmarkArgs {
 
 #[derive(Debug, Args)]
 pub struct PlayArgs {
+    /// Only `--set mcts.KEY=VALUE` is accepted here: the rest is the checkpoint's configuration.
+    #[command(flatten)]
+    pub config: ConfigArgs,
     /// Checkpoint of the agent (a run directory or a step directory).
     #[arg(long, value_name = "DIR")]
     pub checkpoint: PathBuf,
@@ -92,6 +139,8 @@ pub struct PlayArgs {
 
 #[derive(Debug, Args)]
 pub struct TrainArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
     /// Continue a run from its checkpoint (a run directory or one of its step directories);
     /// the run's stored configuration is used.
     #[arg(long, value_name = "DIR")]
@@ -112,6 +161,9 @@ pub struct TrainArgs {
 
 #[derive(Debug, Args)]
 pub struct EvalArgs {
+    /// Only `--set mcts.KEY=VALUE` is accepted here: the rest is the checkpoint's configuration.
+    #[command(flatten)]
+    pub config: ConfigArgs,
     /// Checkpoint to evaluate (a run directory or a step directory).
     #[arg(long, value_name = "DIR")]
     pub checkpoint: PathBuf,
@@ -127,18 +179,77 @@ pub struct EvalArgs {
 }
 
 impl ConfigArgs {
-    /// Load and validate the layered configuration, with extra `--set` style overrides.
+    /// Load and validate the layered configuration, with extra `--set` style overrides
+    /// (from dedicated flags such as `--seed`) applied last.
     pub fn load_with(&self, extra: Vec<String>) -> Result<Config> {
         let mut sets = self.sets.clone();
         sets.extend(extra);
         let sources = ConfigSources {
-            file: self.config.clone(),
+            files: self.files.clone(),
             text: None,
             env_vars: std::env::vars().collect(),
             sets,
         };
         Config::load(&sources).context("invalid configuration")
     }
+
+    /// The `section.key` of every `--set`, in order.
+    fn set_keys(&self) -> Result<Vec<String>> {
+        self.sets
+            .iter()
+            .map(|flag| Ok(parse_set(flag)?.0))
+            .collect::<Result<_, ConfigError>>()
+            .context("invalid configuration")
+    }
+}
+
+/// `--set` flags for dedicated options (`--seed` -> `other.seed`); an option and a `--set` on
+/// the same key would leave one of them unread, so that is an error.
+fn dedicated_flags(
+    config: &ConfigArgs,
+    flags: &[(&str, &str, Option<String>)],
+) -> Result<Vec<String>> {
+    let keys = config.set_keys()?;
+    let mut extra = Vec::new();
+    for (flag, key, value) in flags {
+        if let Some(value) = value {
+            if keys.iter().any(|k| k == key) {
+                bail!("{flag} {value} and --set {key}=... both set `{key}`: give only one");
+            }
+            extra.push(format!("{key}={value}"));
+        }
+    }
+    Ok(extra)
+}
+
+/// The `section.key`s named explicitly: by `--set` flags and by `CUMIND_*` variables.
+fn explicit_keys(config: &ConfigArgs) -> Result<Vec<String>> {
+    let mut keys = config.set_keys()?;
+    keys.extend(std::env::vars().filter_map(|(name, _)| env_var_key(&name)));
+    Ok(keys)
+}
+
+/// Warn on stderr about keys a training run would not read: those set explicitly, and those
+/// whose value differs from the embedded default (say, in a preset file).
+fn warn_ignored_keys(config: &Config, explicit: &[String]) -> Result<()> {
+    let image = cumind_envs::make(&config.environment.env_name)?
+        .observation_space()
+        .shape()
+        .len()
+        == 3;
+    let defaults = Config::default_config();
+    for ignored in config.ignored_keys(image) {
+        let value = config.value_of(ignored.key);
+        let named = explicit.iter().any(|k| k == ignored.key);
+        if named || value != defaults.value_of(ignored.key) {
+            let shown = value.map(|v| v.to_string()).unwrap_or_default();
+            eprintln!(
+                "warning: `{}` = {shown} has no effect: {}",
+                ignored.key, ignored.reason
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Open the device named by `text` (the only place a device is chosen).
@@ -173,7 +284,14 @@ pub fn open_devices(text: &str, count: usize) -> Result<Vec<Device>> {
 /// Give rayon and candle an explicit thread count before any thread starts: with
 /// RAYON_NUM_THREADS unset, candle re-derives it on every matmul (see DEPENDENCIES.md).
 fn set_thread_count(config: &Config) {
-    if std::env::var_os("RAYON_NUM_THREADS").is_some() {
+    if let Some(set) = std::env::var_os("RAYON_NUM_THREADS") {
+        let wanted = config.other.num_threads;
+        if wanted > 0 && set.to_string_lossy() != wanted.to_string() {
+            eprintln!(
+                "warning: `other.num_threads` = {wanted} has no effect: RAYON_NUM_THREADS={} is set",
+                set.to_string_lossy()
+            );
+        }
         return;
     }
     let n = if config.other.num_threads > 0 {
@@ -188,41 +306,45 @@ fn set_thread_count(config: &Config) {
 
 /// Run the parsed command line.
 pub fn run(cli: Cli) -> Result<()> {
+    let config_args = cli.config_args();
     match cli.command {
-        Command::Config => {
-            let config = cli.config.load_with(Vec::new())?;
+        Command::Config(_) => {
+            let config = config_args.load_with(Vec::new())?;
+            warn_ignored_keys(&config, &explicit_keys(&config_args)?)?;
             println!("{}", config.to_json());
             Ok(())
         }
-        Command::Train(args) => run_train(&cli.config, args),
-        Command::Eval(args) => run_eval(args),
-        Command::Play(args) => run_play(args),
-        Command::Benchmark(args) => run_benchmark(&cli.config, args),
+        Command::Train(args) => run_train(&config_args, args),
+        Command::Eval(args) => run_eval(&config_args, args),
+        Command::Play(args) => run_play(&config_args, args),
+        Command::Benchmark(args) => run_benchmark(&config_args, args),
     }
 }
 
 fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
-    let mut extra = Vec::new();
-    if let Some(d) = &args.device {
-        extra.push(format!("device.device_type={d}"));
-    }
-    if let Some(n) = args.num_devices {
-        extra.push(format!("device.num_devices={n}"));
-    }
-    if let Some(s) = args.seed {
-        extra.push(format!("other.seed={s}"));
-    }
+    let extra = dedicated_flags(
+        config_args,
+        &[
+            ("--device", "device.device_type", args.device.clone()),
+            (
+                "--num-devices",
+                "device.num_devices",
+                args.num_devices.map(|n| n.to_string()),
+            ),
+            ("--seed", "other.seed", args.seed.map(|n| n.to_string())),
+        ],
+    )?;
     let config = match &args.resume {
         None => config_args.load_with(extra)?,
         Some(path) => {
-            if config_args.config.is_some() {
+            if !config_args.files.is_empty() {
                 bail!("--config cannot be combined with --resume: a resumed run uses its stored configuration (change keys with --set)");
             }
             let (dir, meta) = checkpoint::load_metadata(path)?;
             let mut sets = config_args.sets.clone();
             sets.extend(extra);
             let sources = ConfigSources {
-                file: None,
+                files: Vec::new(),
                 text: Some((
                     format!("the configuration stored in {}", dir.display()),
                     meta.config.to_string(),
@@ -240,6 +362,7 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
             config
         }
     };
+    warn_ignored_keys(&config, &explicit_keys(config_args)?)?;
     set_thread_count(&config);
     let devices = open_devices(&config.device.device_type, config.device.num_devices)?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -302,9 +425,61 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
     Ok(())
 }
 
-fn run_eval(args: EvalArgs) -> Result<()> {
+/// Load a trained agent for `eval` or `play`: the checkpoint's configuration, with the search
+/// changed by `--set mcts.KEY=VALUE` and `CUMIND_MCTS__*` variables. Everything else comes from
+/// the checkpoint, so `--config` and `--set` on other sections are refused, and other
+/// `CUMIND_*` variables are reported as ignored.
+fn load_agent(
+    command: &str,
+    config_args: &ConfigArgs,
+    checkpoint: &std::path::Path,
+    device: &Device,
+) -> Result<crate::agent::Agent> {
+    if !config_args.files.is_empty() {
+        bail!(
+            "`{command}` uses the configuration stored in the checkpoint and does not take --config; \
+             change the search with --set mcts.KEY=VALUE"
+        );
+    }
+    for key in config_args.set_keys()? {
+        if !key.starts_with("mcts.") {
+            bail!(
+                "`{command}` reads only mcts.* keys from --set (the rest of its configuration is the \
+                 checkpoint's); `--set {key}=...` would have no effect"
+            );
+        }
+    }
+    let mut env_vars = Vec::new();
+    for (name, value) in std::env::vars() {
+        match env_var_key(&name) {
+            Some(key) if key.starts_with("mcts.") => env_vars.push((name, value)),
+            Some(_) => eprintln!(
+                "warning: {name} is ignored by `{command}`: it reads only CUMIND_MCTS__* variables"
+            ),
+            None => {}
+        }
+    }
+    let mut agent = crate::agent::Agent::load_on(checkpoint, device)?;
+    if !config_args.sets.is_empty() || !env_vars.is_empty() {
+        let sources = ConfigSources {
+            files: Vec::new(),
+            text: Some((
+                format!("the configuration stored in {}", checkpoint.display()),
+                agent.config().to_json(),
+            )),
+            env_vars,
+            sets: config_args.sets.clone(),
+        };
+        let config = Config::load(&sources).context("invalid configuration")?;
+        warn_ignored_keys(&config, &explicit_keys(config_args)?)?;
+        agent.set_search(config.mcts);
+    }
+    Ok(agent)
+}
+
+fn run_eval(config_args: &ConfigArgs, args: EvalArgs) -> Result<()> {
     let device = open_device(&args.device)?;
-    let agent = crate::agent::Agent::load_on(&args.checkpoint, &device)?;
+    let agent = load_agent("eval", config_args, &args.checkpoint, &device)?;
     let config = agent.config();
     set_thread_count(config);
     if args.episodes == 0 {
@@ -341,9 +516,9 @@ fn run_eval(args: EvalArgs) -> Result<()> {
     Ok(())
 }
 
-fn run_play(args: PlayArgs) -> Result<()> {
+fn run_play(config_args: &ConfigArgs, args: PlayArgs) -> Result<()> {
     use std::io::{BufRead, Write};
-    let mut agent = crate::agent::Agent::load(&args.checkpoint)?;
+    let mut agent = load_agent("play", config_args, &args.checkpoint, &Device::Cpu)?;
     let name = agent.config().environment.env_name.clone();
     let mut env = cumind_envs::make(&name)?;
     if env.num_players() < 2 {
@@ -402,11 +577,24 @@ fn run_play(args: PlayArgs) -> Result<()> {
 }
 
 fn run_benchmark(config_args: &ConfigArgs, args: BenchmarkArgs) -> Result<()> {
-    let mut extra = Vec::new();
-    if let Some(d) = &args.device {
-        extra.push(format!("device.device_type={d}"));
-    }
+    let extra = dedicated_flags(
+        config_args,
+        &[("--device", "device.device_type", args.device.clone())],
+    )?;
     let config = config_args.load_with(extra)?;
+    let explicit = explicit_keys(config_args)?;
+    for key in &explicit {
+        if !is_read_by(key, BENCHMARK_READS) {
+            let hint = match key.as_str() {
+                "device.num_devices" => " (use benchmark --num-devices)",
+                "data_types.model_dtype" => " (use benchmark --dtypes)",
+                "environment.num_envs" => " (use benchmark --batch-sizes)",
+                _ => "",
+            };
+            eprintln!("warning: `{key}` has no effect on `benchmark`{hint}");
+        }
+    }
+    warn_ignored_keys(&config, &explicit)?;
     set_thread_count(&config);
     let devices = open_devices(&config.device.device_type, args.num_devices)?;
     let dtypes = args

@@ -5,10 +5,9 @@
 //! call per simulation for the whole batch), picks actions by visit-count temperature, steps the
 //! environments and hands back every game that finished.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::{sync_channel, Receiver};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use candle_core::Tensor;
@@ -273,26 +272,80 @@ pub fn evaluate(
     })
 }
 
-/// Weights published by the learner for the actor threads.
-struct WeightBoard {
-    version: AtomicU64,
-    tensors: Mutex<HashMap<String, Tensor>>,
-    temperature: Mutex<f32>,
+/// One version of the weights, published by the learner after it consumed an actor step.
+struct Published {
+    /// The learner's training step when these weights were taken (equal ids: equal weights).
+    weights_id: u64,
+    tensors: Arc<HashMap<String, Tensor>>,
+    temperature: f32,
 }
 
-/// Actor threads playing beside the learner. Each owns a copy of the network, refreshed from
-/// the weights the learner publishes, and hands its steps over a bounded channel: when the
-/// learner falls behind, the actors block, so the replay ratio is kept while self-play and
-/// training overlap in time.
+/// The versions the actors may still need: `versions[k]` is version `first + k`.
+#[derive(Default)]
+struct BoardState {
+    first: u64,
+    versions: VecDeque<Arc<Published>>,
+    stopped: bool,
+}
+
+/// Weights published by the learner, one version per consumed actor step.
+#[derive(Default)]
+struct WeightBoard {
+    state: Mutex<BoardState>,
+    changed: Condvar,
+}
+
+impl WeightBoard {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BoardState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wait until `version` is published; `None` once the pool stops.
+    fn wait_for(&self, version: u64) -> Option<Arc<Published>> {
+        let mut state = self.lock();
+        loop {
+            if state.stopped {
+                return None;
+            }
+            let end = state.first + state.versions.len() as u64;
+            if version < end {
+                let k = version.checked_sub(state.first)? as usize;
+                return Some(state.versions[k].clone());
+            }
+            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn stop(&self) {
+        self.lock().stopped = true;
+        self.changed.notify_all();
+    }
+}
+
+/// Actor threads playing beside the learner, on a schedule that does not depend on timing.
+///
+/// The learner consumes actor steps in a fixed round-robin order (global step `g` is step
+/// `g / A` of actor `g % A`, with `A` actors) and publishes one weight version after each
+/// (version `v`: the weights after `v` consumed steps). Global step `g` is computed with
+/// exactly version `g - A` (version 0 for the first round): each actor may run ahead of the
+/// learner by one round, overlapping its search with the learner's training, and waits when
+/// it would get further ahead. So the replay ratio holds in phase, every step's weights,
+/// temperature and data are fixed by the seed, and a threaded run is reproducible however the
+/// threads are scheduled.
 pub struct ActorPool {
-    receiver: Option<Receiver<Result<ActorStep, SelfPlayError>>>,
+    receivers: Vec<Receiver<Result<ActorStep, SelfPlayError>>>,
     board: Arc<WeightBoard>,
-    stop: Arc<AtomicBool>,
     handles: Vec<JoinHandle<()>>,
+    /// Actor steps consumed so far (the next global step).
+    consumed: u64,
+    /// Versions published so far.
+    published: u64,
 }
 
 impl ActorPool {
-    /// Start `num_actors` threads, actor `i` seeded with `seed + i`.
+    /// Start `num_actors` threads, actor `i` seeded with `seed + i * 1_000_003`, and publish
+    /// the initial weights at `temperature` as version 0.
+    #[allow(clippy::too_many_arguments)]
     pub fn spawn(
         network: &MuZeroNetwork,
         env_name: &str,
@@ -301,14 +354,11 @@ impl ActorPool {
         seed: u64,
         segment_length: usize,
         search: &SearchConfig,
+        temperature: f32,
     ) -> Result<Self, SelfPlayError> {
-        let board = Arc::new(WeightBoard {
-            version: AtomicU64::new(0),
-            tensors: Mutex::new(HashMap::new()),
-            temperature: Mutex::new(1.0),
-        });
-        let stop = Arc::new(AtomicBool::new(false));
-        let (sender, receiver) = sync_channel(num_actors);
+        let board = Arc::new(WeightBoard::default());
+        let lag = num_actors as u64;
+        let mut receivers = Vec::new();
         let mut handles = Vec::new();
         for i in 0..num_actors {
             let mut actor = Actor::new(
@@ -320,22 +370,24 @@ impl ActorPool {
             let network = network
                 .deep_copy(network.device())
                 .map_err(ModelError::from)?;
-            let (board, stop, sender, search) =
-                (board.clone(), stop.clone(), sender.clone(), search.clone());
+            let (sender, receiver) = sync_channel(1);
+            receivers.push(receiver);
+            let (board, search) = (board.clone(), search.clone());
             handles.push(std::thread::spawn(move || {
-                let mut version = 0;
-                while !stop.load(Ordering::SeqCst) {
-                    let latest = board.version.load(Ordering::SeqCst);
-                    if latest != version {
-                        let tensors = board.tensors.lock().unwrap_or_else(|e| e.into_inner());
-                        if let Err(err) = network.params().copy_from_tensors(&tensors) {
+                let mut weights_id = None;
+                for local in 0u64.. {
+                    let global = local * lag + i as u64;
+                    let Some(published) = board.wait_for(global.saturating_sub(lag)) else {
+                        return;
+                    };
+                    if weights_id != Some(published.weights_id) {
+                        if let Err(err) = network.params().copy_from_tensors(&published.tensors) {
                             let _ = sender.send(Err(ModelError::from(err).into()));
                             return;
                         }
-                        version = latest;
+                        weights_id = Some(published.weights_id);
                     }
-                    let temperature = *board.temperature.lock().unwrap_or_else(|e| e.into_inner());
-                    let step = actor.step(&network, &search, temperature);
+                    let step = actor.step(&network, &search, published.temperature);
                     let failed = step.is_err();
                     if sender.send(step).is_err() || failed {
                         return;
@@ -343,43 +395,78 @@ impl ActorPool {
                 }
             }));
         }
-        Ok(Self {
-            receiver: Some(receiver),
+        let mut pool = Self {
+            receivers,
             board,
-            stop,
             handles,
-        })
+            consumed: 0,
+            published: 0,
+        };
+        pool.publish(network, 0, temperature)?;
+        Ok(pool)
     }
 
-    /// Publish the learner's current weights and the temperature the actors should use.
-    pub fn publish(&self, network: &MuZeroNetwork, temperature: f32) -> Result<(), SelfPlayError> {
-        let tensors = network.params().to_tensors().map_err(ModelError::from)?;
-        *self.board.tensors.lock().unwrap_or_else(|e| e.into_inner()) = tensors;
-        *self
-            .board
-            .temperature
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = temperature;
-        self.board.version.fetch_add(1, Ordering::SeqCst);
+    /// Publish the weights and temperature the learner holds after the step it consumed last.
+    /// Call it exactly once after every [`ActorPool::next_step`]. `weights_id` is the learner's
+    /// training step count: an unchanged id reuses the previous version's tensors.
+    pub fn publish(
+        &mut self,
+        network: &MuZeroNetwork,
+        weights_id: u64,
+        temperature: f32,
+    ) -> Result<(), SelfPlayError> {
+        assert_eq!(
+            self.published, self.consumed,
+            "ActorPool::publish must follow each ActorPool::next_step exactly once"
+        );
+        let lag = self.receivers.len() as u64;
+        let mut state = self.board.lock();
+        let tensors = match state.versions.back() {
+            Some(last) if last.weights_id == weights_id => last.tensors.clone(),
+            _ => Arc::new(network.params().to_tensors().map_err(ModelError::from)?),
+        };
+        state.versions.push_back(Arc::new(Published {
+            weights_id,
+            tensors,
+            temperature,
+        }));
+        // This is version `published`, after `consumed == published` steps: every step still
+        // to come is `g >= consumed` and needs version `g - lag` or later.
+        let oldest_needed = self.consumed.saturating_sub(lag);
+        while state.first < oldest_needed && state.versions.len() > 1 {
+            state.versions.pop_front();
+            state.first += 1;
+        }
+        drop(state);
+        self.board.changed.notify_all();
+        self.published += 1;
         Ok(())
     }
 
-    /// The next step of any actor (blocks until one is ready).
-    pub fn next(&self) -> Result<ActorStep, SelfPlayError> {
-        match self.receiver.as_ref().map(|r| r.recv()) {
-            Some(Ok(step)) => step,
-            _ => Err(SelfPlayError::Model(ModelError::Backend(
-                "every actor thread has stopped".into(),
-            ))),
-        }
+    /// The next actor step in round-robin order (blocks until that actor has it ready).
+    pub fn next_step(&mut self) -> Result<ActorStep, SelfPlayError> {
+        assert_eq!(
+            self.published,
+            self.consumed + 1,
+            "ActorPool::next_step must follow a publish"
+        );
+        let actor = (self.consumed % self.receivers.len() as u64) as usize;
+        let step = match self.receivers[actor].recv() {
+            Ok(step) => step,
+            Err(_) => Err(SelfPlayError::Model(ModelError::Backend(format!(
+                "actor thread {actor} stopped"
+            )))),
+        };
+        self.consumed += 1;
+        step
     }
 }
 
 impl Drop for ActorPool {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // Dropping the receiver unblocks actors waiting to send.
-        self.receiver.take();
+        self.board.stop();
+        // Dropping the receivers unblocks actors waiting to send.
+        self.receivers.clear();
         for handle in self.handles.drain(..) {
             let _ = handle.join();
         }

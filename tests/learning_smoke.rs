@@ -13,7 +13,7 @@ use cumind::train::run::{train, RunOptions};
 
 fn catch_config(extra: &[&str]) -> Config {
     Config::load(&ConfigSources {
-        file: Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("agents/catch.json")),
+        files: vec![PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("agents/catch.json")],
         text: None,
         env_vars: Vec::new(),
         sets: extra.iter().map(|s| s.to_string()).collect(),
@@ -116,6 +116,76 @@ fn actor_threads_learn_beside_the_learner() {
     let search = components::search_config(&config, &env);
     let eval = evaluate(&summary.network, "Catch", 40, &search, 99).unwrap();
     assert!(eval.mean_return() > 0.0, "returns: {:?}", eval.returns);
+}
+
+/// Weights, training steps and episode returns of a run.
+type RunFingerprint = (u64, Vec<Vec<f32>>, Vec<(u64, f64)>);
+
+fn fingerprint(config: &Config) -> RunFingerprint {
+    let mut sink = MemorySink::default();
+    let summary = train(config, &[Device::Cpu], &options(), &mut sink).unwrap();
+    let weights = summary
+        .network
+        .params()
+        .named()
+        .map(|(_, v)| {
+            v.as_tensor()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()
+        })
+        .collect();
+    (
+        summary.counters.training_steps,
+        weights,
+        sink.series["episode/return"].clone(),
+    )
+}
+
+/// Issue 7: with actor threads, what the agent learns must not depend on how the threads are
+/// scheduled. The second run competes with threads that keep every core busy, which changes
+/// the interleaving; the weights, training steps and episode returns must still be identical.
+#[test]
+fn actor_threads_give_the_same_run_however_the_threads_are_scheduled() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let config = catch_config(&[
+        "self_play.num_actors=2",
+        "training.max_env_steps=960",
+        "training.eval_interval=0",
+        "memory.min_memory_size=100",
+    ]);
+    let quiet = fingerprint(&config);
+    assert!(quiet.0 > 100, "training steps: {}", quiet.0);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let hogs: Vec<_> = (0..cores)
+        .map(|i| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut x = i as u64;
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..10_000 {
+                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    }
+                    if x.is_multiple_of(7) {
+                        std::thread::yield_now();
+                    }
+                }
+                x
+            })
+        })
+        .collect();
+    let busy = fingerprint(&config);
+    stop.store(true, Ordering::Relaxed);
+    for hog in hogs {
+        hog.join().unwrap();
+    }
+    assert_eq!(quiet.0, busy.0, "training steps differ");
+    assert_eq!(quiet.2, busy.2, "episode returns differ");
+    assert!(quiet.1 == busy.1, "weights differ");
 }
 
 #[test]

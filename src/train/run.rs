@@ -4,6 +4,11 @@
 //! steps every environment once, finished games enter the replay buffer, then the learner takes
 //! as many training steps as the replay ratio (`train_ratio` training steps per environment
 //! step, counted from the moment the buffer first holds enough data) allows.
+//!
+//! With actor threads (`num_actors > 0`) the loop is the same, but each actor step comes from
+//! an [`ActorPool`] in a fixed round-robin order and the learner publishes its weights after
+//! every step it consumes (see [`ActorPool`] for the schedule); a run is then reproducible for
+//! a seed too, however the threads are scheduled.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -277,14 +282,10 @@ impl<'a> Run<'a> {
                 seed,
                 config.self_play.game_segment_length,
                 &search,
-            )?;
-            pool.publish(
-                self.learner.network(),
                 config.temperature_at(self.progress()) as f32,
             )?;
             Source::Threads(pool)
         };
-        let mut published_at = self.counters.training_steps;
         // Actor steps since the last learner phase (phases come every `train_frequency`).
         let mut actor_steps_since_training = 0usize;
         let min_replay = config.min_replay_transitions();
@@ -319,7 +320,7 @@ impl<'a> Run<'a> {
                 Source::Synchronous(actor) => {
                     actor.step(self.learner.network(), &search, temperature)?
                 }
-                Source::Threads(pool) => pool.next()?,
+                Source::Threads(pool) => pool.next_step()?,
             };
             self.timing.self_play += clock.elapsed().as_secs_f64();
             self.counters.env_steps += step.env_steps as u64;
@@ -386,11 +387,13 @@ impl<'a> Run<'a> {
                 }
             }
 
-            if let Source::Threads(pool) = &source {
-                if self.counters.training_steps > published_at {
-                    pool.publish(self.learner.network(), temperature)?;
-                    published_at = self.counters.training_steps;
-                }
+            if let Source::Threads(pool) = &mut source {
+                // One version per consumed step, so the actors' schedule is fixed by the seed.
+                pool.publish(
+                    self.learner.network(),
+                    self.counters.training_steps,
+                    config.temperature_at(self.progress()) as f32,
+                )?;
             }
 
             if config.training.eval_interval > 0 && self.counters.env_steps >= next_eval {

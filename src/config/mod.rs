@@ -17,8 +17,11 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+mod ignored;
+pub use ignored::{is_read_by, IgnoredKey, BENCHMARK_READS};
+
 /// The embedded default configuration.
-pub const DEFAULT_CONFIGURATION: &str = include_str!("../configuration.json");
+pub const DEFAULT_CONFIGURATION: &str = include_str!("../../configuration.json");
 
 /// Prefix of the environment variables that override configuration keys.
 pub const ENV_PREFIX: &str = "CUMIND";
@@ -248,8 +251,8 @@ pub struct Config {
 /// Where configuration comes from, besides the embedded defaults.
 #[derive(Debug, Clone, Default)]
 pub struct ConfigSources {
-    /// The `--config` file.
-    pub file: Option<std::path::PathBuf>,
+    /// `--config` files, layered in the order given (a later file overrides an earlier one).
+    pub files: Vec<std::path::PathBuf>,
     /// A JSON layer given as text, applied after the file (a resumed run's stored configuration).
     pub text: Option<(String, String)>,
     /// Environment variables (name, value); the binary passes `std::env::vars()`, tests their own.
@@ -307,23 +310,48 @@ fn json_kind(value: &serde_json::Value) -> &'static str {
     }
 }
 
-/// Turn `--set` flags into one JSON layer: `{"section": {"key": value}}`.
+/// Split one `--set section.key=value` flag into its normalised `section.key` and its value
+/// (parsed as JSON, else taken as a string).
+pub fn parse_set(flag: &str) -> Result<(String, serde_json::Value), ConfigError> {
+    let bad = || ConfigError::BadSet {
+        flag: flag.to_string(),
+    };
+    let (path, raw) = flag.split_once('=').ok_or_else(bad)?;
+    let (section, key) = path.trim().split_once('.').ok_or_else(bad)?;
+    if section.is_empty() || key.is_empty() || key.contains('.') {
+        return Err(bad());
+    }
+    let value = serde_json::from_str(raw.trim())
+        .unwrap_or_else(|_| serde_json::Value::String(raw.to_string()));
+    Ok((
+        format!("{}.{}", normalise_section_name(section), key.trim()),
+        value,
+    ))
+}
+
+/// The `section.key` an environment variable `CUMIND_<SECTION>__<KEY>` overrides, if it is one.
+pub fn env_var_key(name: &str) -> Option<String> {
+    let rest = name.strip_prefix(&format!("{ENV_PREFIX}_"))?;
+    let (section, key) = rest.split_once("__")?;
+    Some(format!(
+        "{}.{}",
+        section.to_ascii_lowercase(),
+        key.to_ascii_lowercase()
+    ))
+}
+
+/// Turn `--set` flags into one JSON layer: `{"section": {"key": value}}`; a later flag on the
+/// same key wins.
 fn sets_to_json(sets: &[String]) -> Result<String, ConfigError> {
     let mut root = serde_json::Map::new();
     for flag in sets {
-        let bad = || ConfigError::BadSet { flag: flag.clone() };
-        let (path, raw) = flag.split_once('=').ok_or_else(bad)?;
-        let (section, key) = path.trim().split_once('.').ok_or_else(bad)?;
-        if section.is_empty() || key.is_empty() || key.contains('.') {
-            return Err(bad());
-        }
-        let value = serde_json::from_str(raw.trim())
-            .unwrap_or_else(|_| serde_json::Value::String(raw.to_string()));
+        let (path, value) = parse_set(flag)?;
+        let (section, key) = path.split_once('.').expect("parse_set returns section.key");
         let entry = root
-            .entry(normalise_section_name(section))
+            .entry(section.to_string())
             .or_insert_with(|| serde_json::Value::Object(Default::default()));
         if let serde_json::Value::Object(map) = entry {
-            map.insert(key.trim().to_string(), value);
+            map.insert(key.to_string(), value);
         }
     }
     Ok(serde_json::Value::Object(root).to_string())
@@ -342,7 +370,7 @@ impl Config {
             &normalised_json(DEFAULT_CONFIGURATION, "the embedded configuration.json")?,
             FileFormat::Json,
         ));
-        if let Some(path) = &sources.file {
+        for path in &sources.files {
             let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
                 path: path.display().to_string(),
                 error,
@@ -691,7 +719,7 @@ mod tests {
         )
         .unwrap();
         let c = load_with(ConfigSources {
-            file: Some(path),
+            files: vec![path],
             ..Default::default()
         })
         .unwrap();
@@ -723,7 +751,7 @@ mod tests {
         let path = dir.path().join("old.json");
         std::fs::write(&path, text).unwrap();
         let c = load_with(ConfigSources {
-            file: Some(path),
+            files: vec![path],
             ..Default::default()
         })
         .unwrap();
@@ -739,7 +767,7 @@ mod tests {
         let path = dir.path().join("c.json");
         std::fs::write(&path, r#"{"Training": {"batch_size": 48}}"#).unwrap();
         let c = load_with(ConfigSources {
-            file: Some(path),
+            files: vec![path],
             env_vars: vec![
                 ("CUMIND_TRAINING__BATCH_SIZE".into(), "64".into()),
                 ("CUMIND_DATA_TYPES__MODEL_DTYPE".into(), "float16".into()),
@@ -836,7 +864,7 @@ mod tests {
         let path = dir.path().join("broken.json");
         std::fs::write(&path, "{\"Training\": {").unwrap();
         let text = error_text(load_with(ConfigSources {
-            file: Some(path),
+            files: vec![path],
             ..Default::default()
         }));
         assert!(text.contains("broken.json"), "{text}");
@@ -855,7 +883,7 @@ mod tests {
         let path = dir.path().join("dump.json");
         std::fs::write(&path, c.to_json()).unwrap();
         let back = load_with(ConfigSources {
-            file: Some(path),
+            files: vec![path],
             ..Default::default()
         })
         .unwrap();
