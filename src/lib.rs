@@ -15,6 +15,8 @@ pub mod replay;
 pub mod search;
 pub mod selfplay;
 pub mod support;
+#[doc(hidden)]
+pub mod testing;
 pub mod train;
 
 pub use cumind_envs as envs;

@@ -1,0 +1,1 @@
+//! Random and hand-built game histories for replay, learner and checkpoint tests.

@@ -1,0 +1,6 @@
+//! Helpers shared by the unit tests and the integration tests in `tests/`: fake models whose
+//! right answer is known, tiny network specs and random games. Not part of the stable API.
+
+pub mod games;
+pub mod models;
+pub mod specs;

@@ -1,0 +1,1 @@
+//! Fake [`crate::model::Model`]s for search tests (bandits, fixed trees).

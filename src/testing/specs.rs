@@ -1,0 +1,1 @@
+//! Tiny network specs for fast network, loss, learner and checkpoint tests.
