@@ -16,6 +16,19 @@ use crate::replay::{GameHistory, ReplayBuffer};
 use crate::search::Searcher;
 use crate::train::Learner;
 
+/// Errors of [`run`].
+#[derive(Debug, thiserror::Error)]
+pub enum BenchmarkError {
+    #[error("the benchmark needs a device")]
+    NoDevice,
+    #[error("the configured environment is not available")]
+    Environment(#[from] cumind_envs::EnvError),
+    #[error("network")]
+    Network(#[from] NetworkError),
+    #[error("replay buffer")]
+    Replay(#[from] crate::replay::ReplayError),
+}
+
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct BenchmarkPlan {
@@ -135,7 +148,7 @@ fn random_replay(
     config: &Config,
     env: &EnvInfo,
     rng: &mut StdRng,
-) -> Result<ReplayBuffer, anyhow::Error> {
+) -> Result<ReplayBuffer, BenchmarkError> {
     let obs_len: usize = env.observation_shape.iter().product();
     let a = env.num_actions;
     let mut replay = ReplayBuffer::new(components::replay_config(config, env));
@@ -161,8 +174,10 @@ fn random_replay(
 }
 
 /// Run the benchmark for the network and search of `config` on `device`.
-pub fn run(config: &Config, plan: &BenchmarkPlan) -> Result<BenchmarkReport, anyhow::Error> {
-    anyhow::ensure!(!plan.devices.is_empty(), "the benchmark needs a device");
+pub fn run(config: &Config, plan: &BenchmarkPlan) -> Result<BenchmarkReport, BenchmarkError> {
+    if plan.devices.is_empty() {
+        return Err(BenchmarkError::NoDevice);
+    }
     let device = &plan.devices[0];
     let env = EnvInfo::of(config)?;
     let spec = components::network_spec(config, &env);

@@ -11,14 +11,14 @@ use anyhow::{bail, Context, Result};
 use candle_core::Device;
 use clap::{Args, Parser, Subcommand};
 
-use crate::checkpoint;
-use crate::config::{
+use cumind::checkpoint;
+use cumind::config::{
     env_var_key, is_read_by, parse_device, parse_set, Config, ConfigError, ConfigSources,
     DeviceKind, BENCHMARK_READS,
 };
-use crate::metrics::TensorBoardSink;
-use crate::selfplay::evaluate;
-use crate::train::run::{train, RunOptions};
+use cumind::metrics::{MetricSink, Progress, TensorBoardSink};
+use cumind::selfplay::evaluate;
+use cumind::trainer::{train, RunOptions};
 
 /// CuMind: a MuZero-style agent that learns a model of its environment and plans inside it.
 ///
@@ -252,6 +252,71 @@ fn warn_ignored_keys(config: &Config, explicit: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// The training run's sink on a terminal: TensorBoard scalars, lines on stderr and an
+/// indicatif progress bar (lines are printed above the bar so it does not swallow them).
+struct ConsoleSink {
+    tensorboard: TensorBoardSink,
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl ConsoleSink {
+    fn new(tensorboard: TensorBoardSink, show_progress: bool) -> Self {
+        Self {
+            tensorboard,
+            bar: show_progress.then(indicatif::ProgressBar::new_spinner),
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+        self.tensorboard.flush();
+    }
+}
+
+impl MetricSink for ConsoleSink {
+    fn scalar(&mut self, tag: &str, value: f64, step: u64) {
+        self.tensorboard.scalar(tag, value, step);
+    }
+
+    fn log(&mut self, line: &str) {
+        match &self.bar {
+            // A hidden bar (not a terminal) would swallow the line.
+            Some(bar) if !bar.is_hidden() => bar.println(line),
+            _ => eprintln!("{line}"),
+        }
+    }
+
+    fn progress(&mut self, p: &Progress) {
+        let Some(bar) = &self.bar else {
+            return;
+        };
+        if p.max_env_steps > 0 && bar.length() != Some(p.max_env_steps) {
+            bar.set_length(p.max_env_steps);
+            let style = indicatif::ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:30}] {pos}/{len} env steps | {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> ");
+            bar.set_style(style);
+        }
+        bar.set_position(p.env_steps);
+        bar.set_message(format!(
+            "episodes {} | return {:.1} | loss {:.3} | {:.0} env/s, {:.0} train/s",
+            p.episodes,
+            p.recent_return,
+            p.loss,
+            p.env_steps_per_second,
+            p.training_steps_per_second
+        ));
+    }
+
+    fn flush(&mut self) {
+        self.tensorboard.flush();
+    }
+}
+
 /// Open the device named by `text` (the only place a device is chosen).
 pub fn open_device(text: &str) -> Result<Device> {
     match parse_device(text).map_err(anyhow::Error::msg)? {
@@ -282,7 +347,7 @@ pub fn open_devices(text: &str, count: usize) -> Result<Vec<Device>> {
 }
 
 /// Give rayon and candle an explicit thread count before any thread starts: with
-/// RAYON_NUM_THREADS unset, candle re-derives it on every matmul (see DEPENDENCIES.md).
+/// RAYON_NUM_THREADS unset, candle re-derives it on every matmul (see docs/dependencies.md).
 fn set_thread_count(config: &Config) {
     if let Some(set) = std::env::var_os("RAYON_NUM_THREADS") {
         let wanted = config.other.num_threads;
@@ -377,21 +442,17 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
         })
         .context("cannot install the Ctrl-C handler")?;
     }
+    let run_name_hint = cumind::trainer::planned_run_name(&config, args.resume.as_deref())?;
     let options = RunOptions {
         resume: args.resume.clone(),
-        progress: !args.no_progress,
         stop,
         no_checkpoints: false,
-        run_name: None,
-    };
-    let run_name_hint = crate::train::run::planned_run_name(&config, args.resume.as_deref())?;
-    let options = RunOptions {
         run_name: Some(run_name_hint.clone()),
-        ..options
     };
     let log_dir = PathBuf::from(&config.other.log_dir).join(&run_name_hint);
-    let mut sink = TensorBoardSink::new(&log_dir)
+    let tensorboard = TensorBoardSink::new(&log_dir)
         .with_context(|| format!("cannot create {}", log_dir.display()))?;
+    let mut sink = ConsoleSink::new(tensorboard, !args.no_progress);
     eprintln!(
         "training {} on {} | logs: {} | checkpoints: {}",
         config.environment.env_name,
@@ -401,7 +462,9 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
             .join(&run_name_hint)
             .display()
     );
-    let summary = train(&config, &devices, &options, &mut sink)?;
+    let result = train(&config, &devices, &options, &mut sink);
+    sink.finish();
+    let summary = result?;
     let c = &summary.counters;
     println!(
         "stopped: {} | {} env steps, {} training steps, {} episodes in {:.1}s | recent return {:.1}{}",
@@ -434,7 +497,7 @@ fn load_agent(
     config_args: &ConfigArgs,
     checkpoint: &std::path::Path,
     device: &Device,
-) -> Result<crate::agent::Agent> {
+) -> Result<cumind::agent::Agent> {
     if !config_args.files.is_empty() {
         bail!(
             "`{command}` uses the configuration stored in the checkpoint and does not take --config; \
@@ -459,7 +522,7 @@ fn load_agent(
             None => {}
         }
     }
-    let mut agent = crate::agent::Agent::load_on(checkpoint, device)?;
+    let mut agent = cumind::agent::Agent::load_on(checkpoint, device)?;
     if !config_args.sets.is_empty() || !env_vars.is_empty() {
         let sources = ConfigSources {
             files: Vec::new(),
@@ -600,12 +663,12 @@ fn run_benchmark(config_args: &ConfigArgs, args: BenchmarkArgs) -> Result<()> {
     let dtypes = args
         .dtypes
         .iter()
-        .map(|d| crate::benchmark::parse_dtype(d).map_err(anyhow::Error::msg))
+        .map(|d| cumind::benchmark::parse_dtype(d).map_err(anyhow::Error::msg))
         .collect::<Result<Vec<_>>>()?;
     if args.batch_sizes.is_empty() || args.batch_sizes.contains(&0) {
         bail!("--batch-sizes must list sizes of at least 1");
     }
-    let plan = crate::benchmark::BenchmarkPlan {
+    let plan = cumind::benchmark::BenchmarkPlan {
         dtypes,
         batch_sizes: args.batch_sizes.clone(),
         repetitions: args.repetitions.max(1),
@@ -613,7 +676,7 @@ fn run_benchmark(config_args: &ConfigArgs, args: BenchmarkArgs) -> Result<()> {
         training: !args.no_training,
         devices,
     };
-    let report = crate::benchmark::run(&config, &plan)?;
+    let report = cumind::benchmark::run(&config, &plan)?;
     println!("{}", report.table());
     let json = serde_json::to_string_pretty(&report)?;
     std::fs::write(&args.out, json)

@@ -1,8 +1,12 @@
+//! The `cumind` command: parse the arguments, run, print the error chain and exit 1 on failure.
+
 use clap::Parser;
 
+mod cli;
+
 fn main() {
-    let cli = cumind::cli::Cli::parse();
-    if let Err(err) = cumind::cli::run(cli) {
+    let cli = cli::Cli::parse();
+    if let Err(err) = cli::run(cli) {
         eprintln!("error: {err:#}");
         std::process::exit(1);
     }

@@ -4,11 +4,32 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Receives named scalar series.
+/// Receives what a training run reports: named scalar series, lines for a person and, about
+/// once a second, where the run stands. Library code reports here instead of printing; the
+/// CLI's sink prints.
 pub trait MetricSink {
     fn scalar(&mut self, tag: &str, value: f64, step: u64);
+    /// A line for a person: an evaluation result, a warning (default: dropped).
+    fn log(&mut self, _line: &str) {}
+    /// Where the run stands (default: dropped).
+    fn progress(&mut self, _progress: &Progress) {}
     /// Make everything written so far durable (default: nothing to do).
     fn flush(&mut self) {}
+}
+
+/// A training run's state, for a progress display.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Progress {
+    pub env_steps: u64,
+    /// The environment-step budget (0: none).
+    pub max_env_steps: u64,
+    pub episodes: u64,
+    /// Mean return of the last (up to) 20 training episodes.
+    pub recent_return: f64,
+    /// The last training step's total loss (NaN before the first).
+    pub loss: f32,
+    pub env_steps_per_second: f64,
+    pub training_steps_per_second: f64,
 }
 
 /// Discards everything.
@@ -19,10 +40,11 @@ impl MetricSink for NullSink {
     fn scalar(&mut self, _: &str, _: f64, _: u64) {}
 }
 
-/// Keeps every scalar in memory: `series[tag] = [(step, value), ...]`.
+/// Keeps every scalar and line in memory: `series[tag] = [(step, value), ...]`.
 #[derive(Debug, Default, Clone)]
 pub struct MemorySink {
     pub series: BTreeMap<String, Vec<(u64, f64)>>,
+    pub lines: Vec<String>,
 }
 
 impl MetricSink for MemorySink {
@@ -31,6 +53,10 @@ impl MetricSink for MemorySink {
             .entry(tag.to_string())
             .or_default()
             .push((step, value));
+    }
+
+    fn log(&mut self, line: &str) {
+        self.lines.push(line.to_string());
     }
 }
 

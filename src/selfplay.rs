@@ -322,6 +322,20 @@ impl WeightBoard {
     }
 }
 
+/// What an [`ActorPool`] runs.
+#[derive(Debug, Clone)]
+pub struct ActorPoolConfig {
+    pub env_name: String,
+    /// Actor threads (at least 1).
+    pub num_actors: usize,
+    /// Environments per actor, searched in one batch.
+    pub num_envs: usize,
+    pub seed: u64,
+    /// Games longer than this enter replay in segments (0: whole games).
+    pub segment_length: usize,
+    pub search: SearchConfig,
+}
+
 /// Actor threads playing beside the learner, on a schedule that does not depend on timing.
 ///
 /// The learner consumes actor steps in a fixed round-robin order (global step `g` is step
@@ -343,19 +357,24 @@ pub struct ActorPool {
 }
 
 impl ActorPool {
-    /// Start `num_actors` threads, actor `i` seeded with `seed + i * 1_000_003`, and publish
-    /// the initial weights at `temperature` as version 0.
-    #[allow(clippy::too_many_arguments)]
+    /// Start `config.num_actors` threads, actor `i` seeded with `seed + i * 1_000_003`, each
+    /// with its own copy of `network`, and publish the initial weights at `temperature` as
+    /// version 0.
     pub fn spawn(
         network: &MuZeroNetwork,
-        env_name: &str,
-        num_actors: usize,
-        num_envs: usize,
-        seed: u64,
-        segment_length: usize,
-        search: &SearchConfig,
+        config: &ActorPoolConfig,
         temperature: f32,
     ) -> Result<Self, SelfPlayError> {
+        let ActorPoolConfig {
+            env_name,
+            num_actors,
+            num_envs,
+            seed,
+            segment_length,
+            search,
+        } = config;
+        let (num_actors, num_envs, seed, segment_length) =
+            (*num_actors, *num_envs, *seed, *segment_length);
         let board = Arc::new(WeightBoard::default());
         let lag = num_actors as u64;
         let mut receivers = Vec::new();

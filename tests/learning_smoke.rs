@@ -9,7 +9,7 @@ use cumind::components::{self, EnvInfo};
 use cumind::config::{Config, ConfigSources};
 use cumind::metrics::MemorySink;
 use cumind::selfplay::evaluate;
-use cumind::train::run::{train, RunOptions};
+use cumind::trainer::{train, RunOptions};
 
 fn catch_config(extra: &[&str]) -> Config {
     Config::load(&ConfigSources {

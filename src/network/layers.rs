@@ -1,7 +1,7 @@
 //! Small layers that keep f32 weights and compute in the input's dtype.
 //!
 //! candle's stock `Linear` fails on bf16 input with f32 weights, and its fused `layer_norm`
-//! has no backward (see DEPENDENCIES.md), so these are written out with ops that have both.
+//! has no backward (see docs/dependencies.md), so these are written out with ops that have both.
 
 use candle_core::{DType, Tensor, D};
 

@@ -1,4 +1,5 @@
-//! Training: the unrolled loss, the optimizer, the learner step and the training run.
+//! The train step: the unrolled loss, the optimizer, the learner and its replicas. The loop
+//! that calls it (actors, evaluation, checkpoints, metrics) is [`crate::trainer`].
 
 pub mod learner;
 pub mod loss;
@@ -7,4 +8,3 @@ pub mod nccl;
 pub mod optimizer;
 
 pub use learner::{Learner, LearnerConfig, TrainStats, ValueTarget};
-pub mod run;

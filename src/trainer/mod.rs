@@ -16,7 +16,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
 use candle_core::Device;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -24,19 +23,25 @@ use rand::SeedableRng;
 use crate::checkpoint::{self, CheckpointData, Counters};
 use crate::components::{self, EnvInfo};
 use crate::config::Config;
-use crate::metrics::MetricSink;
+use crate::metrics::{MetricSink, Progress};
 use crate::network::{compute_dtype, MuZeroNetwork};
 use crate::replay::ReplayBuffer;
-use crate::selfplay::{evaluate, Actor, ActorPool, Evaluation};
+use crate::selfplay::{evaluate, Actor, ActorPool, ActorPoolConfig, Evaluation};
 use crate::train::{Learner, TrainStats};
+
+mod error;
+mod schedule;
+
+pub use error::TrainError;
+pub use schedule::Schedule;
+
+type Result<T, E = TrainError> = std::result::Result<T, E>;
 
 /// How to run, besides the configuration.
 #[derive(Clone, Default)]
 pub struct RunOptions {
     /// Continue from this checkpoint (step or run directory).
     pub resume: Option<PathBuf>,
-    /// Show an indicatif progress bar.
-    pub progress: bool,
     /// Set to true (for example by Ctrl-C) to stop after the current step with a checkpoint.
     pub stop: Arc<AtomicBool>,
     /// Write no checkpoint at all (tests and benchmarks).
@@ -118,15 +123,27 @@ pub fn train(
     options: &RunOptions,
     sink: &mut dyn MetricSink,
 ) -> Result<RunSummary> {
-    anyhow::ensure!(!devices.is_empty(), "training needs at least one device");
+    if devices.is_empty() {
+        return Err(TrainError::NoDevice);
+    }
     let mut run = Run::start(config, devices, options)?;
     let result = run.main_loop(options, sink);
     if let Err(err) = &result {
-        // Keep what was learned before the failure.
+        // Keep what was learned before the failure; a failed save is reported too.
         if !options.no_checkpoints && run.counters.training_steps > 0 {
-            let _ = run.save_checkpoint();
+            match run.save_checkpoint() {
+                Ok(dir) => sink.log(&format!(
+                    "saved {} before stopping on the error below",
+                    dir.display()
+                )),
+                Err(save) => sink.log(&format!(
+                    "could not save a checkpoint after the error below ({}): {}",
+                    error_chain(&save),
+                    error_chain(err)
+                )),
+            }
         }
-        return Err(anyhow::anyhow!("{err:#}"));
+        sink.flush();
     }
     let stop_reason = result?;
     if !options.no_checkpoints {
@@ -142,6 +159,18 @@ pub fn train(
         recent_return: mean(&run.recent_returns),
         timing: run.timing,
     })
+}
+
+/// An error and its causes on one line: `a: b: c`.
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 fn mean(values: &VecDeque<f64>) -> f64 {
@@ -170,10 +199,12 @@ impl<'a> Run<'a> {
                 (learner, replay, Counters::default(), run_dir)
             }
             Some(path) => {
-                let ckpt = checkpoint::load(path, device)
-                    .with_context(|| format!("cannot resume from {}", path.display()))?;
+                let ckpt = checkpoint::load(path, device).map_err(|source| TrainError::Resume {
+                    path: path.clone(),
+                    source,
+                })?;
                 let network = MuZeroNetwork::from_tensors(spec.clone(), ckpt.model, device, dtype)
-                    .context("checkpoint weights do not fit the configured network")?;
+                    .map_err(TrainError::CheckpointMismatch)?;
                 let mut learner = Learner::with_devices(network, learner_config, devices)?;
                 let target = MuZeroNetwork::from_tensors(spec, ckpt.target, device, dtype)?;
                 learner.restore(&target, ckpt.optimizer, ckpt.metadata.optimizer_step)?;
@@ -223,45 +254,12 @@ impl<'a> Run<'a> {
         Ok(checkpoint::save(&self.run_dir, &data)?)
     }
 
-    fn progress(&self) -> f64 {
-        let t = &self.config.training;
-        let mut p: f64 = 0.0;
-        if t.max_env_steps > 0 {
-            p = p.max(self.counters.env_steps as f64 / t.max_env_steps as f64);
-        }
-        if t.max_training_steps > 0 {
-            p = p.max(self.counters.training_steps as f64 / t.max_training_steps as f64);
-        }
-        if t.num_episodes > 0 {
-            p = p.max(self.counters.episodes as f64 / t.num_episodes as f64);
-        }
-        p.min(1.0)
-    }
-
-    fn budget_spent(&self) -> Option<String> {
-        let t = &self.config.training;
-        let c = &self.counters;
-        if t.max_env_steps > 0 && c.env_steps >= t.max_env_steps as u64 {
-            return Some(format!("reached max_env_steps = {}", t.max_env_steps));
-        }
-        if t.max_training_steps > 0 && c.training_steps >= t.max_training_steps as u64 {
-            return Some(format!(
-                "reached max_training_steps = {}",
-                t.max_training_steps
-            ));
-        }
-        if t.num_episodes > 0 && c.episodes >= t.num_episodes as u64 {
-            return Some(format!("reached num_episodes = {}", t.num_episodes));
-        }
-        None
-    }
-
     fn main_loop(&mut self, options: &RunOptions, sink: &mut dyn MetricSink) -> Result<String> {
         let config = self.config;
         let search = components::search_config(config, &self.env);
-        let eval_search = search.clone();
         let segment_start = Instant::now();
         let elapsed_before = self.counters.elapsed_seconds;
+        let mut schedule = Schedule::new(config, &self.counters, self.replay.num_transitions());
         let seed = config
             .other
             .seed
@@ -274,47 +272,29 @@ impl<'a> Run<'a> {
                 config.self_play.game_segment_length,
             )?))
         } else {
-            let pool = ActorPool::spawn(
+            Source::Threads(ActorPool::spawn(
                 self.learner.network(),
-                &config.environment.env_name,
-                config.self_play.num_actors,
-                config.environment.num_envs,
-                seed,
-                config.self_play.game_segment_length,
-                &search,
-                config.temperature_at(self.progress()) as f32,
-            )?;
-            Source::Threads(pool)
+                &ActorPoolConfig {
+                    env_name: config.environment.env_name.clone(),
+                    num_actors: config.self_play.num_actors,
+                    num_envs: config.environment.num_envs,
+                    seed,
+                    segment_length: config.self_play.game_segment_length,
+                    search: search.clone(),
+                },
+                config.temperature_at(schedule.progress(&self.counters)) as f32,
+            )?)
         };
-        // Actor steps since the last learner phase (phases come every `train_frequency`).
-        let mut actor_steps_since_training = 0usize;
-        let min_replay = config.min_replay_transitions();
-        let ratio = config.training.train_ratio;
-        // Env steps at which training became possible (replay warm); counts the ratio from there.
-        let mut warm_at: Option<u64> =
-            (self.replay.num_transitions() >= min_replay).then_some(self.counters.env_steps);
-        let trained_at_warm = self.counters.training_steps;
-        let mut next_eval = next_multiple(
-            self.counters.env_steps,
-            config.training.eval_interval as u64,
-        );
-        let mut next_checkpoint = next_multiple(
-            self.counters.training_steps,
-            config.training.checkpoint_interval as u64,
-        );
-        let bar = progress_bar(options.progress, config);
-        let mut last_log = Instant::now();
-        let mut env_steps_at_log = self.counters.env_steps;
-        let mut train_steps_at_log = self.counters.training_steps;
+        let mut rate = RateMeter::new(&self.counters);
 
         let reason = loop {
             if options.stop.load(Ordering::SeqCst) {
                 break "interrupted".to_string();
             }
-            if let Some(reason) = self.budget_spent() {
+            if let Some(reason) = schedule.budget_spent(&self.counters) {
                 break reason;
             }
-            let temperature = config.temperature_at(self.progress()) as f32;
+            let temperature = config.temperature_at(schedule.progress(&self.counters)) as f32;
             let clock = Instant::now();
             let step = match &mut source {
                 Source::Synchronous(actor) => {
@@ -324,66 +304,18 @@ impl<'a> Run<'a> {
             };
             self.timing.self_play += clock.elapsed().as_secs_f64();
             self.counters.env_steps += step.env_steps as u64;
-            for game in step.finished_games {
-                self.replay.save_game(game)?;
-            }
-            for episode in &step.finished_episodes {
-                self.counters.episodes += 1;
-                self.recent_returns.push_back(episode.episode_return);
-                if self.recent_returns.len() > 20 {
-                    self.recent_returns.pop_front();
-                }
-                sink.scalar(
-                    "episode/return",
-                    episode.episode_return,
-                    self.counters.env_steps,
-                );
-                sink.scalar(
-                    "episode/length",
-                    episode.length as f64,
-                    self.counters.env_steps,
-                );
-            }
-            sink.scalar(
-                "search/root_value",
-                step.search.mean_root_value as f64,
-                self.counters.env_steps,
-            );
-            sink.scalar(
-                "search/max_depth",
-                step.search.max_depth as f64,
-                self.counters.env_steps,
-            );
-            sink.scalar(
-                "search/temperature",
-                temperature as f64,
-                self.counters.env_steps,
-            );
+            self.record_step(step, temperature, sink)?;
 
-            if warm_at.is_none() && self.replay.num_transitions() >= min_replay {
-                warm_at = Some(self.counters.env_steps);
-            }
-            actor_steps_since_training += 1;
-            let phase_due = actor_steps_since_training >= config.training.train_frequency;
-            if let (Some(warm), true) = (warm_at, phase_due) {
-                actor_steps_since_training = 0;
-                let owed = trained_at_warm
-                    + ((self.counters.env_steps - warm) as f64 * ratio).ceil() as u64;
-                while self.counters.training_steps < owed {
-                    let clock = Instant::now();
-                    self.train_once(sink)?;
-                    self.timing.training += clock.elapsed().as_secs_f64();
-                    if self.counters.training_steps >= next_checkpoint && !options.no_checkpoints {
-                        self.counters.elapsed_seconds =
-                            elapsed_before + segment_start.elapsed().as_secs_f64();
-                        self.save_checkpoint()?;
-                        next_checkpoint += config.training.checkpoint_interval as u64;
-                    }
-                    if config.training.max_training_steps > 0
-                        && self.counters.training_steps >= config.training.max_training_steps as u64
-                    {
-                        break;
-                    }
+            let due = schedule.after_actor_step(&self.counters, self.replay.num_transitions());
+            for _ in 0..due {
+                let clock = Instant::now();
+                self.train_once(sink)?;
+                self.timing.training += clock.elapsed().as_secs_f64();
+                if schedule.checkpoint_due(self.counters.training_steps) && !options.no_checkpoints
+                {
+                    self.counters.elapsed_seconds =
+                        elapsed_before + segment_start.elapsed().as_secs_f64();
+                    self.save_checkpoint()?;
                 }
             }
 
@@ -392,78 +324,26 @@ impl<'a> Run<'a> {
                 pool.publish(
                     self.learner.network(),
                     self.counters.training_steps,
-                    config.temperature_at(self.progress()) as f32,
+                    config.temperature_at(schedule.progress(&self.counters)) as f32,
                 )?;
             }
 
-            if config.training.eval_interval > 0 && self.counters.env_steps >= next_eval {
-                next_eval += config.training.eval_interval as u64;
-                let clock = Instant::now();
-                let eval = evaluate(
-                    self.learner.network(),
-                    &config.environment.env_name,
-                    config.training.eval_episodes,
-                    &eval_search,
-                    config
-                        .other
-                        .seed
-                        .wrapping_add(1_000_003)
-                        .wrapping_add(self.counters.env_steps),
-                )?;
-                self.timing.evaluation += clock.elapsed().as_secs_f64();
-                let mean_return = eval.mean_return();
-                sink.scalar("eval/mean_return", mean_return, self.counters.env_steps);
-                sink.scalar(
-                    "eval/std_return",
-                    eval.std_return(),
-                    self.counters.env_steps,
-                );
-                sink.scalar(
-                    "eval/mean_length",
-                    eval.mean_length(),
-                    self.counters.env_steps,
-                );
-                let best = self
-                    .counters
-                    .best_eval_return
-                    .map_or(mean_return, |b| b.max(mean_return));
-                self.counters.best_eval_return = Some(best);
-                let line = format!(
-                    "eval @ {} env steps, {} training steps, {:.0}s: mean return {:.1} +- {:.1} over {} episodes",
-                    self.counters.env_steps,
-                    self.counters.training_steps,
-                    elapsed_before + segment_start.elapsed().as_secs_f64(),
-                    mean_return,
-                    eval.std_return(),
-                    eval.returns.len()
-                );
-                match &bar {
-                    // A hidden bar (not a terminal) would swallow the line.
-                    Some(b) if !b.is_hidden() => b.println(line),
-                    _ => eprintln!("{line}"),
-                }
-                self.last_eval = Some(eval);
-                if config.training.stop_return != 0.0 && mean_return >= config.training.stop_return
-                {
-                    break format!(
-                        "evaluation mean return {mean_return:.1} reached stop_return = {}",
-                        config.training.stop_return
-                    );
+            if schedule.eval_due(self.counters.env_steps) {
+                let elapsed = elapsed_before + segment_start.elapsed().as_secs_f64();
+                if let Some(reason) = self.evaluate(elapsed, sink)? {
+                    break reason;
                 }
             }
 
-            let since = last_log.elapsed().as_secs_f64();
-            if since >= 1.0 {
-                let env_rate = (self.counters.env_steps - env_steps_at_log) as f64 / since;
-                let train_rate = (self.counters.training_steps - train_steps_at_log) as f64 / since;
+            if let Some(progress) = rate.tick(&self.counters) {
                 sink.scalar(
                     "throughput/env_steps_per_second",
-                    env_rate,
+                    progress.env_steps_per_second,
                     self.counters.env_steps,
                 );
                 sink.scalar(
                     "throughput/training_steps_per_second",
-                    train_rate,
+                    progress.training_steps_per_second,
                     self.counters.env_steps,
                 );
                 sink.scalar(
@@ -471,27 +351,85 @@ impl<'a> Run<'a> {
                     self.replay.num_transitions() as f64,
                     self.counters.env_steps,
                 );
-                if let Some(b) = &bar {
-                    b.set_position(self.counters.env_steps);
-                    b.set_message(format!(
-                        "episodes {} | return {:.1} | loss {:.3} | {:.0} env/s, {:.0} train/s",
-                        self.counters.episodes,
-                        mean(&self.recent_returns),
-                        self.last_stats.as_ref().map_or(f32::NAN, |s| s.total_loss),
-                        env_rate,
-                        train_rate
-                    ));
-                }
-                last_log = Instant::now();
-                env_steps_at_log = self.counters.env_steps;
-                train_steps_at_log = self.counters.training_steps;
+                sink.progress(&Progress {
+                    max_env_steps: config.training.max_env_steps as u64,
+                    episodes: self.counters.episodes,
+                    recent_return: mean(&self.recent_returns),
+                    loss: self.last_stats.as_ref().map_or(f32::NAN, |s| s.total_loss),
+                    ..progress
+                });
             }
         };
         self.counters.elapsed_seconds = elapsed_before + segment_start.elapsed().as_secs_f64();
-        if let Some(b) = bar {
-            b.finish_and_clear();
-        }
         Ok(reason)
+    }
+
+    /// Store an actor step's finished games and report its episodes and search statistics.
+    fn record_step(
+        &mut self,
+        step: crate::selfplay::ActorStep,
+        temperature: f32,
+        sink: &mut dyn MetricSink,
+    ) -> Result<()> {
+        for game in step.finished_games {
+            self.replay.save_game(game)?;
+        }
+        let at = self.counters.env_steps;
+        for episode in &step.finished_episodes {
+            self.counters.episodes += 1;
+            self.recent_returns.push_back(episode.episode_return);
+            if self.recent_returns.len() > 20 {
+                self.recent_returns.pop_front();
+            }
+            sink.scalar("episode/return", episode.episode_return, at);
+            sink.scalar("episode/length", episode.length as f64, at);
+        }
+        sink.scalar("search/root_value", step.search.mean_root_value as f64, at);
+        sink.scalar("search/max_depth", step.search.max_depth as f64, at);
+        sink.scalar("search/temperature", temperature as f64, at);
+        Ok(())
+    }
+
+    /// A greedy evaluation; returns the stop reason when it reaches `stop_return`.
+    fn evaluate(&mut self, elapsed: f64, sink: &mut dyn MetricSink) -> Result<Option<String>> {
+        let config = self.config;
+        let clock = Instant::now();
+        let eval = evaluate(
+            self.learner.network(),
+            &config.environment.env_name,
+            config.training.eval_episodes,
+            &components::search_config(config, &self.env),
+            config
+                .other
+                .seed
+                .wrapping_add(1_000_003)
+                .wrapping_add(self.counters.env_steps),
+        )?;
+        self.timing.evaluation += clock.elapsed().as_secs_f64();
+        let at = self.counters.env_steps;
+        let mean_return = eval.mean_return();
+        sink.scalar("eval/mean_return", mean_return, at);
+        sink.scalar("eval/std_return", eval.std_return(), at);
+        sink.scalar("eval/mean_length", eval.mean_length(), at);
+        let best = self
+            .counters
+            .best_eval_return
+            .map_or(mean_return, |b| b.max(mean_return));
+        self.counters.best_eval_return = Some(best);
+        sink.log(&format!(
+            "eval @ {} env steps, {} training steps, {:.0}s: mean return {:.1} +- {:.1} over {} episodes",
+            at,
+            self.counters.training_steps,
+            elapsed,
+            mean_return,
+            eval.std_return(),
+            eval.returns.len()
+        ));
+        self.last_eval = Some(eval);
+        let stop = config.training.stop_return;
+        Ok((stop != 0.0 && mean_return >= stop).then(|| {
+            format!("evaluation mean return {mean_return:.1} reached stop_return = {stop}")
+        }))
     }
 
     fn train_once(&mut self, sink: &mut dyn MetricSink) -> Result<()> {
@@ -523,28 +461,36 @@ enum Source {
     Threads(ActorPool),
 }
 
-fn next_multiple(current: u64, interval: u64) -> u64 {
-    match current.checked_div(interval) {
-        Some(q) => (q + 1) * interval,
-        None => u64::MAX,
-    }
+/// Environment and training steps per second, measured about once a second.
+struct RateMeter {
+    since: Instant,
+    env_steps: u64,
+    training_steps: u64,
 }
 
-fn progress_bar(show: bool, config: &Config) -> Option<indicatif::ProgressBar> {
-    if !show {
-        return None;
+impl RateMeter {
+    fn new(counters: &Counters) -> Self {
+        Self {
+            since: Instant::now(),
+            env_steps: counters.env_steps,
+            training_steps: counters.training_steps,
+        }
     }
-    let total = config.training.max_env_steps as u64;
-    let bar = if total > 0 {
-        indicatif::ProgressBar::new(total)
-    } else {
-        indicatif::ProgressBar::new_spinner()
-    };
-    let style = indicatif::ProgressStyle::with_template(
-        "{elapsed_precise} [{bar:30}] {pos}/{len} env steps | {msg}",
-    )
-    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-    .progress_chars("=> ");
-    bar.set_style(style);
-    Some(bar)
+
+    /// The rates since the last report, once a second has passed.
+    fn tick(&mut self, counters: &Counters) -> Option<Progress> {
+        let seconds = self.since.elapsed().as_secs_f64();
+        if seconds < 1.0 {
+            return None;
+        }
+        let progress = Progress {
+            env_steps: counters.env_steps,
+            env_steps_per_second: (counters.env_steps - self.env_steps) as f64 / seconds,
+            training_steps_per_second: (counters.training_steps - self.training_steps) as f64
+                / seconds,
+            ..Default::default()
+        };
+        *self = Self::new(counters);
+        Some(progress)
+    }
 }

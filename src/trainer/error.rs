@@ -1,0 +1,35 @@
+//! What can stop a training run, as one typed error.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+use crate::checkpoint::CheckpointError;
+use crate::network::NetworkError;
+use crate::replay::ReplayError;
+use crate::selfplay::SelfPlayError;
+
+/// Errors of [`crate::trainer::train`].
+#[derive(Debug, Error)]
+pub enum TrainError {
+    #[error("training needs at least one device")]
+    NoDevice,
+    #[error("the configured environment is not available")]
+    Environment(#[from] cumind_envs::EnvError),
+    #[error("cannot resume from {path}")]
+    Resume {
+        path: PathBuf,
+        #[source]
+        source: CheckpointError,
+    },
+    #[error("the checkpoint's weights do not fit the configured network")]
+    CheckpointMismatch(#[source] NetworkError),
+    #[error("checkpoint")]
+    Checkpoint(#[from] CheckpointError),
+    #[error("network")]
+    Network(#[from] NetworkError),
+    #[error("replay buffer")]
+    Replay(#[from] ReplayError),
+    #[error("self-play")]
+    SelfPlay(#[from] SelfPlayError),
+}
