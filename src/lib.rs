@@ -9,7 +9,7 @@
 //!
 //! - [`Agent`]: load a trained checkpoint and ask it for actions ([`Agent::select_action`]).
 //! - [`Config`]: the layered, validated configuration ([`ConfigSources`] says where from).
-//! - [`train`]: the training loop ([`RunOptions`], [`RunSummary`], [`TrainError`]), reporting
+//! - [`train()`]: the training loop ([`RunOptions`], [`RunSummary`], [`TrainError`]), reporting
 //!   to a [`MetricSink`].
 //! - [`run_search`] / [`Searcher`]: batched MCTS on any [`Model`].
 //! - [`Environment`]: the Gymnasium-style trait of the environments in [`envs`].

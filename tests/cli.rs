@@ -1,32 +1,14 @@
 //! End-to-end tests of the `cumind` binary, each in its own temporary directory.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
+
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn cumind(dir: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cumind"));
-    cmd.current_dir(dir);
-    // A stray CUMIND_* variable in the caller's environment must not leak into these tests.
-    for (key, _) in std::env::vars() {
-        if key.starts_with("CUMIND_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.env("RAYON_NUM_THREADS", "1");
-    cmd
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+use common::{cumind, latest_metadata, preset, run_in_place, sets, text, Watched};
 
 fn catch_preset() -> String {
-    format!("{}/agents/catch.json", env!("CARGO_MANIFEST_DIR"))
+    preset("catch.json")
 }
 
 #[test]
@@ -104,28 +86,14 @@ fn invalid_configuration_fails_with_the_key_named() {
 #[test]
 fn train_eval_resume_and_corruption() {
     let dir = tempfile::tempdir().unwrap();
-    let base = [
-        "--config",
-        &catch_preset(),
-        "--set",
-        "training.checkpoint_root_dir=ckpt",
-        "--set",
-        "other.log_dir=runs",
-        "--set",
-        "other.run_name=catch",
-        "--set",
-        "training.checkpoint_interval=100",
-        "--set",
-        "training.eval_interval=0",
-    ];
     let out = cumind(dir.path())
-        .args(base)
-        .args([
-            "--set",
+        .args(["--config", &catch_preset()])
+        .args(run_in_place("catch"))
+        .args(sets(&[
+            "training.checkpoint_interval=100",
             "training.max_env_steps=640",
-            "train",
-            "--no-progress",
-        ])
+        ]))
+        .args(["train", "--no-progress"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
@@ -210,24 +178,13 @@ fn train_eval_resume_and_corruption() {
 fn sigkill_then_resume_loses_at_most_the_work_since_the_last_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = cumind(dir.path())
-        .args([
-            "--config",
-            &catch_preset(),
-            "--set",
-            "training.checkpoint_root_dir=ckpt",
-            "--set",
-            "other.log_dir=runs",
-            "--set",
-            "other.run_name=killed",
-            "--set",
+        .args(["--config", &catch_preset()])
+        .args(run_in_place("killed"))
+        .args(sets(&[
             "training.checkpoint_interval=50",
-            "--set",
-            "training.eval_interval=0",
-            "--set",
             "training.max_env_steps=200000",
-            "train",
-            "--no-progress",
-        ])
+        ]))
+        .args(["train", "--no-progress"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -249,11 +206,7 @@ fn sigkill_then_resume_loses_at_most_the_work_since_the_last_checkpoint() {
     }
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
-    let latest = std::fs::read_to_string(run.join("latest")).unwrap();
-    let meta: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(run.join(latest.trim()).join("metadata.json")).unwrap(),
-    )
-    .unwrap();
+    let meta = latest_metadata(&run);
     let saved_steps = meta["counters"]["training_steps"].as_u64().unwrap();
     let saved_env = meta["counters"]["env_steps"].as_u64().unwrap();
     assert!(saved_steps >= 100);
@@ -274,11 +227,7 @@ fn sigkill_then_resume_loses_at_most_the_work_since_the_last_checkpoint() {
     assert!(out.status.success(), "{}", text(&out));
     let t = text(&out);
     assert!(t.contains(&format!("{} env steps", saved_env + 64)), "{t}");
-    let latest = std::fs::read_to_string(run.join("latest")).unwrap();
-    let meta: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(run.join(latest.trim()).join("metadata.json")).unwrap(),
-    )
-    .unwrap();
+    let meta = latest_metadata(&run);
     assert!(meta["counters"]["training_steps"].as_u64().unwrap() > saved_steps);
 }
 
@@ -286,26 +235,14 @@ fn sigkill_then_resume_loses_at_most_the_work_since_the_last_checkpoint() {
 fn tictactoe_agent_is_evaluated_against_random_and_can_be_played() {
     use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
-    let preset = format!("{}/agents/tictactoe.json", env!("CARGO_MANIFEST_DIR"));
     let out = cumind(dir.path())
-        .args([
-            "--config",
-            &preset,
-            "--set",
+        .args(["--config", &preset("tictactoe.json")])
+        .args(run_in_place("ttt"))
+        .args(sets(&[
             "training.max_env_steps=640",
-            "--set",
-            "training.eval_interval=0",
-            "--set",
             "memory.min_memory_size=200",
-            "--set",
-            "training.checkpoint_root_dir=ckpt",
-            "--set",
-            "other.log_dir=runs",
-            "--set",
-            "other.run_name=ttt",
-            "train",
-            "--no-progress",
-        ])
+        ]))
+        .args(["train", "--no-progress"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
@@ -350,45 +287,28 @@ fn tictactoe_agent_is_evaluated_against_random_and_can_be_played() {
 #[test]
 fn ctrl_c_saves_a_checkpoint_and_exits_cleanly() {
     let dir = tempfile::tempdir().unwrap();
-    let child = cumind(dir.path())
-        .args([
-            "--config",
-            &catch_preset(),
-            "--set",
-            "training.checkpoint_root_dir=ckpt",
-            "--set",
-            "other.log_dir=runs",
-            "--set",
-            "other.run_name=interrupted",
-            "--set",
+    let mut cmd = cumind(dir.path());
+    cmd.args(["--config", &catch_preset()])
+        .args(run_in_place("interrupted"))
+        .args(sets(&[
             "training.checkpoint_interval=100000",
-            "--set",
-            "training.eval_interval=0",
-            "--set",
             "training.max_env_steps=10000000",
-            "train",
-            "--no-progress",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Let it train for a while (no periodic checkpoint will come), then interrupt.
-    std::thread::sleep(Duration::from_secs(4));
+            // An evaluation line every 320 env steps tells the test that training is under way.
+            "training.eval_interval=320",
+            "training.eval_episodes=2",
+        ]))
+        .args(["train", "--no-progress"]);
+    let mut run = Watched::spawn(cmd);
+    // No periodic checkpoint will come before the interrupt.
+    run.wait_for_line("eval @ 640 env steps", Duration::from_secs(300));
     let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
+        .args(["-INT", &run.child.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
-    let out = child.wait_with_output().unwrap();
-    let t = text(&out);
-    assert!(out.status.success(), "{t}");
+    let (status, t) = run.finish();
+    assert!(status.success(), "{t}");
     assert!(t.contains("stopped: interrupted"), "{t}");
-    let run = dir.path().join("ckpt/interrupted");
-    let latest = std::fs::read_to_string(run.join("latest")).unwrap();
-    let meta: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(run.join(latest.trim()).join("metadata.json")).unwrap(),
-    )
-    .unwrap();
-    assert!(meta["counters"]["env_steps"].as_u64().unwrap() > 0);
+    let meta = latest_metadata(&dir.path().join("ckpt/interrupted"));
+    assert!(meta["counters"]["env_steps"].as_u64().unwrap() >= 640);
 }

@@ -2,32 +2,11 @@
 //! it, or both), in the order written; input a command would not read is refused or warned
 //! about. Each test drives the real binary in its own temporary directory.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
 
-fn cumind(dir: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cumind"));
-    cmd.current_dir(dir);
-    for (key, _) in std::env::vars() {
-        if key.starts_with("CUMIND_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.env("RAYON_NUM_THREADS", "1");
-    cmd
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn preset(name: &str) -> String {
-    format!("{}/agents/{name}", env!("CARGO_MANIFEST_DIR"))
-}
+use common::{cumind, latest_metadata, preset, text};
 
 /// `cumind <args>` must succeed; its stdout parsed as the printed configuration.
 fn config_of(dir: &Path, args: &[&str]) -> serde_json::Value {
@@ -117,12 +96,7 @@ fn issue_7_config_files_on_both_sides_layer_in_order() {
 
 /// The configuration a training run stored in its latest checkpoint.
 fn stored_config(run: &Path) -> serde_json::Value {
-    let latest = std::fs::read_to_string(run.join("latest")).unwrap();
-    let meta: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(run.join(latest.trim()).join("metadata.json")).unwrap(),
-    )
-    .unwrap();
-    meta["config"].clone()
+    latest_metadata(run)["config"].clone()
 }
 
 #[test]
