@@ -78,7 +78,7 @@ impl Agent {
         if components::network_spec(&config, &env) != meta.network {
             return Err(AgentError::InconsistentCheckpoint);
         }
-        let dtype = compute_dtype(&config.data_types.model_dtype, device);
+        let dtype = compute_dtype(config.data_types.model_dtype, device);
         let network = MuZeroNetwork::from_tensors(meta.network.clone(), tensors, device, dtype)?;
         Ok(Self::from_network(network, config))
     }

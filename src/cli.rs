@@ -13,8 +13,8 @@ use clap::{Args, Parser, Subcommand};
 
 use cumind::checkpoint;
 use cumind::config::{
-    env_var_key, is_read_by, parse_device, parse_set, Config, ConfigError, ConfigSources,
-    DeviceKind, BENCHMARK_READS,
+    env_var_key, is_read_by, parse_set, Config, ConfigError, ConfigSources, DeviceKind,
+    BENCHMARK_READS,
 };
 use cumind::metrics::{MetricSink, Progress, TensorBoardSink};
 use cumind::selfplay::evaluate;
@@ -175,7 +175,7 @@ pub struct EvalArgs {
     pub seed: u64,
     /// Device: cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
-    pub device: String,
+    pub device: DeviceKind,
 }
 
 impl ConfigArgs {
@@ -317,14 +317,14 @@ impl MetricSink for ConsoleSink {
     }
 }
 
-/// Open the device named by `text` (the only place a device is chosen).
-pub fn open_device(text: &str) -> Result<Device> {
-    match parse_device(text).map_err(anyhow::Error::msg)? {
+/// Open `kind` (the only place a device is chosen).
+pub fn open_device(kind: DeviceKind) -> Result<Device> {
+    match kind {
         DeviceKind::Cpu => Ok(Device::Cpu),
         DeviceKind::Cuda(index) => {
             if !candle_core::utils::cuda_is_available() {
                 bail!(
-                    "device `{text}` asked for, but this cumind was built without the `cuda` feature: \
+                    "device `{kind}` asked for, but this cumind was built without the `cuda` feature: \
                      rebuild with `cargo build --release --features cuda` (see README, \"GPU build\")"
                 );
             }
@@ -335,13 +335,13 @@ pub fn open_device(text: &str) -> Result<Device> {
     }
 }
 
-/// `count` devices starting at the one named by `text`: on the CPU, `count` CPU replicas; on
-/// CUDA, consecutive GPUs from the given index.
-pub fn open_devices(text: &str, count: usize) -> Result<Vec<Device>> {
-    match parse_device(text).map_err(anyhow::Error::msg)? {
+/// `count` devices starting at `first`: on the CPU, `count` CPU replicas; on CUDA,
+/// consecutive GPUs from the given index.
+pub fn open_devices(first: DeviceKind, count: usize) -> Result<Vec<Device>> {
+    match first {
         DeviceKind::Cpu => Ok(vec![Device::Cpu; count.max(1)]),
         DeviceKind::Cuda(first) => (first..first + count.max(1))
-            .map(|i| open_device(&format!("cuda:{i}")))
+            .map(|i| open_device(DeviceKind::Cuda(i)))
             .collect(),
     }
 }
@@ -408,28 +408,18 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
             let (dir, meta) = checkpoint::load_metadata(path)?;
             let mut sets = config_args.sets.clone();
             sets.extend(extra);
-            let sources = ConfigSources {
-                files: Vec::new(),
-                text: Some((
-                    format!("the configuration stored in {}", dir.display()),
-                    meta.config.to_string(),
-                )),
-                env_vars: std::env::vars().collect(),
+            Config::load_resumed(
+                &format!("the configuration stored in {}", dir.display()),
+                &meta.config.to_string(),
+                std::env::vars().collect(),
                 sets,
-            };
-            let config = Config::load(&sources).context("invalid configuration")?;
-            let stored = meta.config()?;
-            if config.environment.env_name != stored.environment.env_name
-                || config.network_architecture != stored.network_architecture
-            {
-                bail!("a resumed run cannot change its environment or network architecture");
-            }
-            config
+            )
+            .context("invalid configuration")?
         }
     };
     warn_ignored_keys(&config, &explicit_keys(config_args)?)?;
     set_thread_count(&config);
-    let devices = open_devices(&config.device.device_type, config.device.num_devices)?;
+    let devices = open_devices(config.device.device_type, config.device.num_devices)?;
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -541,7 +531,7 @@ fn load_agent(
 }
 
 fn run_eval(config_args: &ConfigArgs, args: EvalArgs) -> Result<()> {
-    let device = open_device(&args.device)?;
+    let device = open_device(args.device)?;
     let agent = load_agent("eval", config_args, &args.checkpoint, &device)?;
     let config = agent.config();
     set_thread_count(config);
@@ -659,7 +649,7 @@ fn run_benchmark(config_args: &ConfigArgs, args: BenchmarkArgs) -> Result<()> {
     }
     warn_ignored_keys(&config, &explicit)?;
     set_thread_count(&config);
-    let devices = open_devices(&config.device.device_type, args.num_devices)?;
+    let devices = open_devices(config.device.device_type, args.num_devices)?;
     let dtypes = args
         .dtypes
         .iter()

@@ -1,7 +1,7 @@
 //! Builds the parts of an agent from a validated [`Config`]: the network spec, the search,
 //! replay and learner configurations. Shared by training, evaluation and the library API.
 
-use crate::config::Config;
+use crate::config::{Config, NetworkType, SearchPolicyKind, ValueTargetSource};
 use crate::network::NetworkSpec;
 use crate::replay::ReplayConfig;
 use crate::search::{SearchConfig, SearchPolicy};
@@ -39,7 +39,7 @@ pub fn network_spec(config: &Config, env: &EnvInfo) -> NetworkSpec {
         latent_dim: n.latent_dim,
         num_blocks: n.num_blocks,
         conv_channels: n.conv_channels,
-        force_mlp: n.network_type == "mlp",
+        force_mlp: n.network_type == NetworkType::Mlp,
         value_support: Support::symmetric(n.value_support_size as u32),
         reward_support: Support::symmetric(n.reward_support_size as u32),
     }
@@ -56,7 +56,7 @@ pub fn search_config(config: &Config, env: &EnvInfo) -> SearchConfig {
         dirichlet_alpha: m.dirichlet_alpha as f32,
         exploration_fraction: m.exploration_fraction as f32,
         two_player: env.num_players > 1,
-        policy: if m.search_policy == "gumbel" {
+        policy: if m.search_policy == SearchPolicyKind::Gumbel {
             SearchPolicy::Gumbel {
                 max_considered_actions: m.max_considered_actions,
                 c_visit: m.gumbel_c_visit as f32,
@@ -104,7 +104,7 @@ pub fn learner_config(config: &Config, total_steps: usize) -> LearnerConfig {
         },
         value_loss_weight: t.value_loss_weight,
         target_update_frequency: t.target_update_frequency,
-        value_target: if config.self_play.value_target == "root" {
+        value_target: if config.self_play.value_target == ValueTargetSource::Root {
             ValueTarget::StoredRoot
         } else {
             ValueTarget::TargetNetwork

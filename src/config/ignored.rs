@@ -6,7 +6,7 @@
 //! training run, with the reason; [`Config::value_of`] reads a key's value so the caller can
 //! warn only about values that differ from the defaults or were set explicitly.
 
-use super::Config;
+use super::{Config, NetworkType, SearchPolicyKind, ValueTargetSource};
 
 /// A key whose value has no effect, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,7 +64,7 @@ impl Config {
         let mut add = |key: &'static str, reason: String| out.push(IgnoredKey { key, reason });
 
         let m = &self.mcts;
-        if m.search_policy == "gumbel" {
+        if m.search_policy == SearchPolicyKind::Gumbel {
             let why = "mcts.search_policy is \"gumbel\"";
             add("mcts.c_puct", format!("{why}; only pUCT reads it"));
             add("mcts.c_base", format!("{why}; only pUCT reads it"));
@@ -88,18 +88,18 @@ impl Config {
         }
 
         let n = &self.network_architecture;
-        let conv = match n.network_type.as_str() {
-            "conv" => true,
-            "mlp" => false,
-            _ => image_observations,
+        let conv = match n.network_type {
+            NetworkType::Conv => true,
+            NetworkType::Mlp => false,
+            NetworkType::Auto => image_observations,
         };
         if !conv {
             add(
                 "network_architecture.conv_channels",
                 format!(
-                    "the network is an MLP (network_type \"{}\"{})",
-                    n.network_type,
-                    if n.network_type == "auto" {
+                    "the network is an MLP (network_type {}{})",
+                    serde_json::json!(n.network_type),
+                    if n.network_type == NetworkType::Auto {
                         " with vector observations"
                     } else {
                         ""
@@ -126,7 +126,7 @@ impl Config {
                     .to_string(),
             );
         }
-        if self.self_play.value_target == "root" {
+        if self.self_play.value_target == ValueTargetSource::Root {
             add(
                 "training.target_update_frequency",
                 "self_play.value_target is \"root\": no target network is used".to_string(),
@@ -179,12 +179,12 @@ mod tests {
     #[test]
     fn search_policy_decides_which_search_keys_are_read() {
         let mut config = Config::default_config();
-        config.mcts.search_policy = "gumbel".into();
+        config.mcts.search_policy = SearchPolicyKind::Gumbel;
         let gumbel = keys(&config, false);
         assert!(gumbel.contains(&"mcts.c_puct"));
         assert!(gumbel.contains(&"mcts.dirichlet_alpha"));
         assert!(!gumbel.contains(&"mcts.gumbel_c_scale"));
-        config.mcts.search_policy = "puct".into();
+        config.mcts.search_policy = SearchPolicyKind::Puct;
         let puct = keys(&config, false);
         assert!(puct.contains(&"mcts.gumbel_c_scale"));
         assert!(!puct.contains(&"mcts.c_puct"));
@@ -194,10 +194,10 @@ mod tests {
     #[test]
     fn network_type_and_observations_decide_conv_channels() {
         let mut config = Config::default_config();
-        config.network_architecture.network_type = "auto".into();
+        config.network_architecture.network_type = NetworkType::Auto;
         assert!(keys(&config, false).contains(&"network_architecture.conv_channels"));
         assert!(!keys(&config, true).contains(&"network_architecture.conv_channels"));
-        config.network_architecture.network_type = "mlp".into();
+        config.network_architecture.network_type = NetworkType::Mlp;
         assert!(keys(&config, true).contains(&"network_architecture.conv_channels"));
     }
 

@@ -12,6 +12,7 @@ pub mod search_model;
 
 use std::collections::HashMap;
 
+use crate::config::ModelDtype;
 use candle_core::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -121,13 +122,13 @@ enum Architecture {
 
 /// Parse a configured compute dtype (`auto` resolves by device: bf16 on CUDA, f32 on the CPU,
 /// where candle's bf16 matmul is emulated and slower).
-pub fn compute_dtype(name: &str, device: &Device) -> DType {
-    match name {
-        "bfloat16" => DType::BF16,
-        "float16" => DType::F16,
-        "float32" => DType::F32,
-        _ if device.is_cuda() => DType::BF16,
-        _ => DType::F32,
+pub fn compute_dtype(dtype: ModelDtype, device: &Device) -> DType {
+    match dtype {
+        ModelDtype::Bfloat16 => DType::BF16,
+        ModelDtype::Float16 => DType::F16,
+        ModelDtype::Float32 => DType::F32,
+        ModelDtype::Auto if device.is_cuda() => DType::BF16,
+        ModelDtype::Auto => DType::F32,
     }
 }
 

@@ -186,7 +186,7 @@ impl<'a> Run<'a> {
         let device = &devices[0];
         let env = EnvInfo::of(config)?;
         let spec = components::network_spec(config, &env);
-        let dtype = compute_dtype(&config.data_types.model_dtype, device);
+        let dtype = compute_dtype(config.data_types.model_dtype, device);
         let learner_config =
             components::learner_config(config, components::expected_training_steps(config));
         let (learner, replay, counters, run_dir) = match &options.resume {

@@ -1,0 +1,284 @@
+//! The sections of the configuration file as typed values: every choice is an enum, so an
+//! invalid choice fails to parse with the key named and the variants listed, and nothing
+//! compares strings after loading.
+
+use serde::{Deserialize, Serialize};
+
+/// `network_architecture.network_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkType {
+    /// The conv ResNet for `[C, H, W]` observations, the MLP otherwise.
+    Auto,
+    /// The MLP on flattened observations.
+    Mlp,
+    /// The conv ResNet (`[C, H, W]` observations only).
+    Conv,
+}
+
+/// `mcts.search_policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchPolicyKind {
+    /// MuZero's pUCT with Dirichlet root noise and visit-count temperature.
+    Puct,
+    /// Gumbel MuZero: Gumbel-top-k root sampling and sequential halving.
+    Gumbel,
+}
+
+/// `self_play.value_target`: where n-step targets take their bootstrap value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueTargetSource {
+    /// The root values stored with the game when it was played.
+    Root,
+    /// The target network's value of the bootstrap observation, at training time.
+    TargetNetwork,
+}
+
+/// `data_types.model_dtype`: the compute dtype of the forward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelDtype {
+    /// bfloat16 on CUDA, float32 on the CPU (where candle emulates bf16).
+    Auto,
+    Float32,
+    Bfloat16,
+    Float16,
+}
+
+/// `data_types.action_dtype`: accepted for files of the Python CuMind; unused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionDtype {
+    Int64,
+    Int32,
+}
+
+/// `data_types.target_dtype`: targets and losses are reduced in float32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetDtype {
+    Float32,
+}
+
+/// "Network architecture": sizes of the representation, dynamics and prediction networks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkConfig {
+    /// Width of the hidden layers of every MLP (and of the residual blocks).
+    pub hidden_dim: usize,
+    /// Size of the latent state produced by representation and dynamics.
+    pub latent_dim: usize,
+    /// Residual blocks in each trunk.
+    pub num_blocks: usize,
+    /// Channels of the conv ResNet used for image-like (board) observations.
+    pub conv_channels: usize,
+    /// "auto" (conv ResNet for `[C, H, W]` observations, MLP otherwise), "mlp" or "conv".
+    pub network_type: NetworkType,
+    /// Value head support is the integers `-n..=n` (after the h(x) transform).
+    pub value_support_size: usize,
+    /// Reward head support is the integers `-n..=n` (after the h(x) transform).
+    pub reward_support_size: usize,
+}
+
+/// "Training": the learner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainingConfig {
+    pub batch_size: usize,
+    /// Peak learning rate of AdamW (after warm-up).
+    pub learning_rate: f64,
+    pub weight_decay: f64,
+    /// Training steps between refreshes of the target network.
+    pub target_update_frequency: usize,
+    /// Training steps between checkpoints (one is always written at the end).
+    pub checkpoint_interval: usize,
+    /// Stop after this many finished self-play episodes (0: no limit).
+    pub num_episodes: usize,
+    /// Actor steps (one step of every environment) between learner phases; each phase takes
+    /// the training steps `train_ratio` has accumulated since the last one.
+    pub train_frequency: usize,
+    /// Directory that holds one checkpoint directory per run.
+    pub checkpoint_root_dir: String,
+    /// Stop after this many environment steps (0: no limit).
+    pub max_env_steps: usize,
+    /// Stop after this many training steps (0: no limit).
+    pub max_training_steps: usize,
+    /// Training steps per environment step (the replay ratio).
+    pub train_ratio: f64,
+    /// Linear learning-rate warm-up, in training steps.
+    pub lr_warmup_steps: usize,
+    /// The learning rate decays (cosine) to this fraction of its peak by the end of the run.
+    pub lr_final_fraction: f64,
+    /// Global gradient-norm clipping (0: off).
+    pub max_grad_norm: f64,
+    /// Weight of the value loss relative to reward and policy losses.
+    pub value_loss_weight: f64,
+    /// Environment steps between greedy evaluations (0: off).
+    pub eval_interval: usize,
+    /// Episodes per evaluation.
+    pub eval_episodes: usize,
+    /// Stop early once an evaluation's mean return reaches this (0: never).
+    pub stop_return: f64,
+}
+
+/// "MCTS": the search.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MctsConfig {
+    pub num_simulations: usize,
+    /// c1 of MuZero's pUCT formula.
+    pub c_puct: f64,
+    /// c2 of MuZero's pUCT formula.
+    pub c_base: f64,
+    pub dirichlet_alpha: f64,
+    pub exploration_fraction: f64,
+    /// "puct" (MuZero) or "gumbel" (Gumbel MuZero, sequential halving).
+    pub search_policy: SearchPolicyKind,
+    pub max_considered_actions: usize,
+    pub gumbel_c_visit: f64,
+    pub gumbel_c_scale: f64,
+    /// Visit-count temperature: `[[progress, temperature], ...]`, progress in [0, 1] of the
+    /// training budget, sorted; the last entry whose progress has been reached applies.
+    pub temperature_schedule: Vec<(f64, f64)>,
+}
+
+/// "Environment".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvironmentConfig {
+    /// A registered environment name (see `cumind_envs::names()`).
+    pub env_name: String,
+    /// Optional consistency check: must equal the environment's number of actions.
+    pub action_space_size: Option<usize>,
+    /// Optional consistency check: must equal the environment's observation shape.
+    pub observation_shape: Option<Vec<usize>>,
+    /// Environments stepped in parallel (and searched in one batch) by each actor.
+    pub num_envs: usize,
+}
+
+/// "Self-Play".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SelfPlayConfig {
+    /// K: steps the dynamics network is unrolled in training.
+    pub num_unroll_steps: usize,
+    /// n: steps of the bootstrapped value target.
+    pub td_steps: usize,
+    pub discount: f64,
+    /// Self-play threads running beside the learner (0: synchronous, deterministic mode).
+    pub num_actors: usize,
+    /// Bootstrap values from "root" (stored search values) or "target_network".
+    pub value_target: ValueTargetSource,
+    /// Long episodes enter the replay buffer in segments of this many transitions (0: whole
+    /// episodes only), so training sees fresh data while an episode goes on.
+    pub game_segment_length: usize,
+}
+
+/// "Memory": the replay buffer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// Capacity in transitions; the oldest games are evicted first.
+    pub memory_capacity: usize,
+    /// Transitions stored before training starts.
+    pub min_memory_size: usize,
+    /// Fraction of the capacity stored before training starts (the larger bound applies).
+    pub min_memory_pct: f64,
+    /// Priority exponent (0: uniform sampling).
+    pub per_alpha: f64,
+    pub per_epsilon: f64,
+    /// Importance-sampling exponent.
+    pub per_beta: f64,
+}
+
+/// "Data Types".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataTypesConfig {
+    /// Compute dtype of the forward pass: float32, bfloat16, float16 or auto
+    /// (bfloat16 on CUDA, float32 on the CPU). Parameters stay float32.
+    pub model_dtype: ModelDtype,
+    /// int64 or int32. Accepted (and validated) for files of the Python CuMind; unused here,
+    /// since actions enter the networks one-hot.
+    pub action_dtype: ActionDtype,
+    /// Dtype in which targets and losses are reduced: float32 only.
+    pub target_dtype: TargetDtype,
+}
+
+/// "Device".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceConfig {
+    /// cpu, cuda or cuda:N.
+    pub device_type: DeviceKind,
+    /// Model replicas (data parallelism).
+    pub num_devices: usize,
+}
+
+/// "Other".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtherConfig {
+    pub seed: u64,
+    /// Worker threads for rayon and candle (0: the number of cores).
+    pub num_threads: usize,
+    /// TensorBoard logs go to `<log_dir>/<run_name>/`.
+    pub log_dir: String,
+    /// Name of the run ("": env name + time stamp).
+    pub run_name: String,
+}
+
+/// `device.device_type`: `cpu`, `cuda` (GPU 0) or `cuda:N`; written and read as that text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceKind {
+    Cpu,
+    Cuda(usize),
+}
+
+impl std::fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceKind::Cpu => write!(f, "cpu"),
+            DeviceKind::Cuda(0) => write!(f, "cuda"),
+            DeviceKind::Cuda(i) => write!(f, "cuda:{i}"),
+        }
+    }
+}
+
+impl std::str::FromStr for DeviceKind {
+    type Err = String;
+
+    /// Parse `cpu`, `cuda` or `cuda:N`.
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "cpu" => Ok(DeviceKind::Cpu),
+            "cuda" => Ok(DeviceKind::Cuda(0)),
+            other => match other.strip_prefix("cuda:").map(str::parse::<usize>) {
+                Some(Ok(i)) => Ok(DeviceKind::Cuda(i)),
+                _ => Err(format!(
+                    "\"{other}\" is not a device: use cpu, cuda or cuda:N (N = GPU index)"
+                )),
+            },
+        }
+    }
+}
+
+impl Serialize for DeviceKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for DeviceKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Parse `cpu`, `cuda` or `cuda:N`.
+pub fn parse_device(text: &str) -> Result<DeviceKind, String> {
+    text.parse()
+}

@@ -1,0 +1,187 @@
+//! Range and cross-key checks of a deserialised [`Config`]; errors name the key and what is
+//! allowed.
+
+use super::{invalid, Config, ConfigError, NetworkType};
+
+impl Config {
+    /// Check every value's range and every cross-key constraint.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        fn at_least(key: &str, value: usize, min: usize) -> Result<(), ConfigError> {
+            if value < min {
+                return Err(invalid(
+                    key,
+                    format!("{value} is too small: must be >= {min}"),
+                ));
+            }
+            Ok(())
+        }
+        fn within(key: &str, value: f64, lo: f64, hi: f64) -> Result<(), ConfigError> {
+            if !(value >= lo && value <= hi) {
+                return Err(invalid(
+                    key,
+                    format!("{value} is out of range: must be in [{lo}, {hi}]"),
+                ));
+            }
+            Ok(())
+        }
+        let n = &self.network_architecture;
+        at_least("network_architecture.hidden_dim", n.hidden_dim, 1)?;
+        at_least("network_architecture.latent_dim", n.latent_dim, 1)?;
+        at_least("network_architecture.conv_channels", n.conv_channels, 1)?;
+        at_least(
+            "network_architecture.value_support_size",
+            n.value_support_size,
+            1,
+        )?;
+        at_least(
+            "network_architecture.reward_support_size",
+            n.reward_support_size,
+            1,
+        )?;
+
+        let t = &self.training;
+        at_least("training.batch_size", t.batch_size, 1)?;
+        within("training.learning_rate", t.learning_rate, 1e-9, 10.0)?;
+        within("training.weight_decay", t.weight_decay, 0.0, 1.0)?;
+        at_least(
+            "training.target_update_frequency",
+            t.target_update_frequency,
+            1,
+        )?;
+        at_least("training.checkpoint_interval", t.checkpoint_interval, 1)?;
+        at_least("training.train_frequency", t.train_frequency, 1)?;
+        if t.checkpoint_root_dir.trim().is_empty() {
+            return Err(invalid("training.checkpoint_root_dir", "must not be empty"));
+        }
+        if t.max_env_steps == 0 && t.max_training_steps == 0 && t.num_episodes == 0 {
+            return Err(invalid(
+                "training.max_env_steps",
+                "a run needs a budget: set max_env_steps, max_training_steps or num_episodes above 0",
+            ));
+        }
+        within("training.train_ratio", t.train_ratio, 1e-6, 1000.0)?;
+        within("training.lr_final_fraction", t.lr_final_fraction, 0.0, 1.0)?;
+        within("training.max_grad_norm", t.max_grad_norm, 0.0, 1e9)?;
+        within("training.value_loss_weight", t.value_loss_weight, 0.0, 1e3)?;
+        if t.eval_interval > 0 {
+            at_least("training.eval_episodes", t.eval_episodes, 1)?;
+        }
+        if !t.stop_return.is_finite() {
+            return Err(invalid("training.stop_return", "must be a finite number"));
+        }
+
+        let m = &self.mcts;
+        at_least("mcts.num_simulations", m.num_simulations, 1)?;
+        within("mcts.c_puct", m.c_puct, 0.0, 1e6)?;
+        within("mcts.c_base", m.c_base, 1e-6, 1e12)?;
+        within("mcts.dirichlet_alpha", m.dirichlet_alpha, 1e-6, 1e3)?;
+        within(
+            "mcts.exploration_fraction",
+            m.exploration_fraction,
+            0.0,
+            1.0,
+        )?;
+        at_least("mcts.max_considered_actions", m.max_considered_actions, 1)?;
+        within("mcts.gumbel_c_visit", m.gumbel_c_visit, 0.0, 1e9)?;
+        within("mcts.gumbel_c_scale", m.gumbel_c_scale, 0.0, 1e9)?;
+        if m.temperature_schedule.is_empty() {
+            return Err(invalid(
+                "mcts.temperature_schedule",
+                "must hold at least one [progress, temperature] pair",
+            ));
+        }
+        let mut last = f64::NEG_INFINITY;
+        for (i, &(progress, temperature)) in m.temperature_schedule.iter().enumerate() {
+            let key = format!("mcts.temperature_schedule[{i}]");
+            within(&key, progress, 0.0, 1.0)?;
+            within(&key, temperature, 0.0, 100.0)?;
+            if progress < last {
+                return Err(invalid(
+                    &key,
+                    "progress values must be sorted in increasing order",
+                ));
+            }
+            last = progress;
+        }
+
+        let e = &self.environment;
+        if !cumind_envs::names().contains(&e.env_name.as_str()) {
+            return Err(invalid(
+                "environment.env_name",
+                format!(
+                    "unknown environment \"{}\": use one of {}",
+                    e.env_name,
+                    cumind_envs::names().join(", ")
+                ),
+            ));
+        }
+        at_least("environment.num_envs", e.num_envs, 1)?;
+        let env = cumind_envs::make(&e.env_name)
+            .map_err(|err| invalid("environment.env_name", err.to_string()))?;
+        if let Some(n) = e.action_space_size {
+            let actual = env.action_space().n().unwrap_or(0);
+            if n != actual {
+                return Err(invalid(
+                    "environment.action_space_size",
+                    format!(
+                        "{n} does not match {}, which has {actual} actions (or set it to null)",
+                        e.env_name
+                    ),
+                ));
+            }
+        }
+        if let Some(shape) = &e.observation_shape {
+            let actual = env.observation_space().shape();
+            if *shape != actual {
+                return Err(invalid(
+                    "environment.observation_shape",
+                    format!("{shape:?} does not match {}, whose observations have shape {actual:?} (or set it to null)", e.env_name),
+                ));
+            }
+        }
+
+        if n.network_type == NetworkType::Conv && env.observation_space().shape().len() != 3 {
+            return Err(invalid(
+                "network_architecture.network_type",
+                format!(
+                    "\"conv\" needs [C, H, W] observations; {} has shape {:?} (use \"mlp\" or \"auto\")",
+                    e.env_name,
+                    env.observation_space().shape()
+                ),
+            ));
+        }
+
+        let s = &self.self_play;
+        at_least("self_play.td_steps", s.td_steps, 1)?;
+        within("self_play.discount", s.discount, 0.0, 1.0)?;
+
+        let mem = &self.memory;
+        at_least("memory.memory_capacity", mem.memory_capacity, 1)?;
+        within("memory.min_memory_pct", mem.min_memory_pct, 0.0, 1.0)?;
+        if mem.min_memory_size > mem.memory_capacity {
+            return Err(invalid(
+                "memory.min_memory_size",
+                format!(
+                    "{} exceeds memory.memory_capacity ({})",
+                    mem.min_memory_size, mem.memory_capacity
+                ),
+            ));
+        }
+        within("memory.per_alpha", mem.per_alpha, 0.0, 10.0)?;
+        within("memory.per_epsilon", mem.per_epsilon, 0.0, 1.0)?;
+        within("memory.per_beta", mem.per_beta, 0.0, 1.0)?;
+
+        let dev = &self.device;
+        at_least("device.num_devices", dev.num_devices, 1)?;
+        if !t.batch_size.is_multiple_of(dev.num_devices) {
+            return Err(invalid(
+                "training.batch_size",
+                format!(
+                    "{} does not divide evenly over device.num_devices = {}",
+                    t.batch_size, dev.num_devices
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
