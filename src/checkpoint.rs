@@ -377,7 +377,8 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint, CheckpointError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replay::{GameHistory, ReplayConfig};
+    use crate::replay::ReplayConfig;
+    use crate::testing::games::scripted_game;
 
     fn config() -> Config {
         Config::default_config()
@@ -421,11 +422,8 @@ mod tests {
             per_epsilon: 1e-3,
             two_player: false,
         });
-        let mut g = GameHistory::new(4, 2, &[0.0; 4], 0);
-        g.push(1, 1.0, 0.5, &[0.3, 0.7], &[1.0; 4], 0);
-        g.push(0, 1.0, 0.4, &[0.6, 0.4], &[2.0; 4], 0);
-        g.finish(true, 0.0);
-        r.save_game(g).unwrap();
+        r.save_game(scripted_game(&[1.0, 1.0], &[0.5, 0.4], &[0; 3], true, 0.0))
+            .unwrap();
         r
     }
 

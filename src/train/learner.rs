@@ -75,7 +75,7 @@ impl Replica {
             ValueTarget::TargetNetwork => {
                 let values = self.target.values(&batch.bootstrap_observations)?;
                 Ok(batch
-                    .value_sums
+                    .reward_sums
                     .iter()
                     .zip(&batch.bootstrap_discounts)
                     .zip(&values)

@@ -117,10 +117,11 @@ pub fn unrolled_loss(
 mod tests {
     use super::*;
     use crate::network::NetworkSpec;
-    use crate::replay::{GameHistory, ReplayBuffer, ReplayConfig};
+    use crate::replay::{ReplayBuffer, ReplayConfig};
     use crate::support::Support;
+    use crate::testing::games::RandomGame;
     use candle_core::Device;
-    use rand::{Rng, SeedableRng};
+    use rand::SeedableRng;
 
     fn spec() -> NetworkSpec {
         NetworkSpec {
@@ -154,24 +155,16 @@ mod tests {
             two_player: false,
         });
         for g in 0..6 {
-            let obs: Vec<f32> = (0..obs_len).map(|_| rng.random_range(-1.0..1.0)).collect();
-            let mut game = GameHistory::new(obs_len, 3, &obs, 0);
-            for _ in 0..(5 + g) {
-                let next: Vec<f32> = (0..obs_len).map(|_| rng.random_range(-1.0..1.0)).collect();
-                let mut policy: Vec<f32> = (0..3).map(|_| rng.random_range(0.1..1.0)).collect();
-                let total: f32 = policy.iter().sum();
-                policy.iter_mut().for_each(|p| *p /= total);
-                game.push(
-                    rng.random_range(0..3),
-                    rng.random_range(-1.0..2.0),
-                    rng.random_range(-3.0..3.0),
-                    &policy,
-                    &next,
-                    0,
-                );
-            }
-            game.finish(g % 2 == 0, 1.5);
-            replay.save_game(game).unwrap();
+            let game = RandomGame {
+                obs_len,
+                num_actions: 3,
+                len: 5 + g,
+                rewards: -1.0..2.0,
+                root_values: -3.0..3.0,
+                terminated: g % 2 == 0,
+                final_value: 1.5,
+            };
+            replay.save_game(game.draw(&mut rng)).unwrap();
         }
         replay
     }
