@@ -1,7 +1,7 @@
 //! Golden-tree regression tests of the batched search.
 //!
-//! A deterministic pseudo-random fake model (logits, values and rewards are hashes of a node
-//! state, itself a hash of the parent's state and the action) and a self-contained SplitMix64
+//! A deterministic pseudo-random fake model ([`HashModel`]: logits, values and rewards are hashes
+//! of a node state, itself a hash of the parent's state and the action) and a self-contained SplitMix64
 //! rng (for the legal masks, observations, Dirichlet and Gumbel noise) make every search fully
 //! reproducible. The visit counts, root values, root Q-values, policy targets and Gumbel actions
 //! are compared with `tests/data/search_golden_puct.json` and
@@ -15,8 +15,8 @@
 
 use std::path::PathBuf;
 
-use cumind::model::{Model, ModelError, Prediction};
 use cumind::search::{run_search, SearchConfig, SearchOutput, SearchPolicy};
+use cumind::testing::models::{mix, unit, HashModel, HashParams};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 
@@ -25,18 +25,6 @@ const BATCH: usize = 3;
 const NUM_SIMULATIONS: usize = 24;
 const SEEDS: [u64; 2] = [7, 2024];
 const TOLERANCE: f32 = 1e-5;
-
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// A uniform value in `[-1, 1)` from a hash.
-fn unit(z: u64) -> f32 {
-    (z >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-}
 
 /// SplitMix64: a tiny rng whose stream never changes with dependency versions.
 struct SplitMix(u64);
@@ -59,66 +47,13 @@ impl RngCore for SplitMix {
     }
 }
 
-/// Node states are hashes of (parent state, action); predictions are hashes of the state.
-struct HashModel {
-    batch: usize,
-    capacity: usize,
-    states: Vec<u64>,
-}
-
-impl HashModel {
-    fn predict(&self, node: usize, root: bool) -> Prediction {
-        let mut pred = Prediction::default();
-        for b in 0..self.batch {
-            let s = self.states[b * self.capacity + node];
-            for a in 0..NUM_ACTIONS {
-                pred.policy_logits.push(1.5 * unit(mix(s ^ (a as u64 + 1))));
-            }
-            pred.values.push(unit(mix(s ^ 0x5eed)));
-            pred.rewards.push(if root {
-                0.0
-            } else {
-                0.3 * unit(mix(s ^ 0xbeef))
-            });
-        }
-        pred
-    }
-}
-
-impl Model for HashModel {
-    fn num_actions(&self) -> usize {
-        NUM_ACTIONS
-    }
-
-    fn initial_inference(
-        &mut self,
-        observations: &[f32],
-        batch: usize,
-        capacity: usize,
-    ) -> Result<Prediction, ModelError> {
-        assert_eq!(observations.len(), batch);
-        self.batch = batch;
-        self.capacity = capacity;
-        self.states = vec![0; batch * capacity];
-        for (b, o) in observations.iter().enumerate() {
-            self.states[b * capacity] = mix(u64::from(o.to_bits()));
-        }
-        Ok(self.predict(0, true))
-    }
-
-    fn recurrent_inference(
-        &mut self,
-        parents: &[usize],
-        actions: &[usize],
-        new_node: usize,
-    ) -> Result<Prediction, ModelError> {
-        for b in 0..self.batch {
-            let parent = self.states[b * self.capacity + parents[b]];
-            self.states[b * self.capacity + new_node] = mix(parent ^ mix(actions[b] as u64 + 99));
-        }
-        Ok(self.predict(new_node, false))
-    }
-}
+/// The golden hash model's constants (see [`HashParams`]).
+const HASH: HashParams = HashParams {
+    logit_scale: 1.5,
+    value_salt: 0x5eed,
+    reward_scale: 0.3,
+    action_salt: 99,
+};
 
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 struct Case {
@@ -159,11 +94,7 @@ fn run_case(policy: &SearchPolicy, seed: u64, two_player: bool, add_noise: bool)
         policy: policy.clone(),
         ..SearchConfig::default()
     };
-    let mut model = HashModel {
-        batch: 0,
-        capacity: 0,
-        states: vec![],
-    };
+    let mut model = HashModel::new(NUM_ACTIONS, HASH);
     let out: SearchOutput = run_search(
         &mut model,
         &config,

@@ -1,0 +1,230 @@
+//! The search hyper-parameters ([`SearchConfig`]), the selection rule ([`SearchPolicy`]) and
+//! their validation.
+
+use serde::{Deserialize, Serialize};
+
+use super::error::SearchError;
+use super::{gumbel, puct};
+
+/// Default simulations per search.
+const DEFAULT_NUM_SIMULATIONS: usize = 50;
+/// Default discount.
+const DEFAULT_DISCOUNT: f32 = 0.997;
+/// Default Dirichlet concentration of the pUCT root noise.
+const DEFAULT_DIRICHLET_ALPHA: f32 = 0.25;
+/// Default weight of the pUCT root noise.
+const DEFAULT_EXPLORATION_FRACTION: f32 = 0.25;
+
+/// The selection rule.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub enum SearchPolicy {
+    /// MuZero's pUCT everywhere (see [`puct`]).
+    #[default]
+    Puct,
+    /// Gumbel MuZero: Sequential Halving with Gumbel noise at the root, deterministic improved
+    /// policy selection below it (see [`gumbel`]).
+    Gumbel {
+        max_considered_actions: usize,
+        c_visit: f32,
+        c_scale: f32,
+    },
+}
+
+impl SearchPolicy {
+    /// Gumbel MuZero with the paper's defaults: 16 considered actions, `c_visit = 50`,
+    /// `c_scale = 1`.
+    pub fn default_gumbel() -> Self {
+        SearchPolicy::Gumbel {
+            max_considered_actions: gumbel::DEFAULT_MAX_CONSIDERED_ACTIONS,
+            c_visit: gumbel::DEFAULT_C_VISIT,
+            c_scale: gumbel::DEFAULT_C_SCALE,
+        }
+    }
+}
+
+/// Search hyper-parameters.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct SearchConfig {
+    /// Simulations per search (at least 1); each tree gets `num_simulations + 1` nodes.
+    pub num_simulations: usize,
+    /// Discount in `[0, 1]`.
+    pub discount: f32,
+    /// pUCT `c1` (`pb_c_init`), default 1.25.
+    pub c1: f32,
+    /// pUCT `c2` (`pb_c_base`), default 19652.
+    pub c2: f32,
+    /// Dirichlet concentration of the root noise (pUCT, `add_noise` only).
+    pub dirichlet_alpha: f32,
+    /// Weight of the root noise in `[0, 1]` (pUCT, `add_noise` only).
+    pub exploration_fraction: f32,
+    /// Alternate the player at every level (values negated from parent to child).
+    pub two_player: bool,
+    pub policy: SearchPolicy,
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        Self {
+            num_simulations: DEFAULT_NUM_SIMULATIONS,
+            discount: DEFAULT_DISCOUNT,
+            c1: puct::DEFAULT_C1,
+            c2: puct::DEFAULT_C2,
+            dirichlet_alpha: DEFAULT_DIRICHLET_ALPHA,
+            exploration_fraction: DEFAULT_EXPLORATION_FRACTION,
+            two_player: false,
+            policy: SearchPolicy::Puct,
+        }
+    }
+}
+
+impl SearchConfig {
+    /// Check the parameters (noise parameters only when `add_noise` and pUCT).
+    pub fn validate(&self, add_noise: bool) -> Result<(), SearchError> {
+        let bad = |msg: String| Err(SearchError::InvalidConfig(msg));
+        if self.num_simulations == 0 || self.num_simulations >= u32::MAX as usize - 1 {
+            return bad(format!(
+                "num_simulations must be in 1..{}, got {}",
+                u32::MAX - 1,
+                self.num_simulations
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.discount) {
+            return bad(format!("discount must be in [0, 1], got {}", self.discount));
+        }
+        if !(self.c1.is_finite() && self.c1 >= 0.0) {
+            return bad(format!("c1 must be finite and >= 0, got {}", self.c1));
+        }
+        if !(self.c2.is_finite() && self.c2 > 0.0) {
+            return bad(format!("c2 must be finite and > 0, got {}", self.c2));
+        }
+        match self.policy {
+            SearchPolicy::Puct => {
+                if add_noise {
+                    if !(self.dirichlet_alpha.is_finite() && self.dirichlet_alpha > 0.0) {
+                        return bad(format!(
+                            "dirichlet_alpha must be finite and > 0, got {}",
+                            self.dirichlet_alpha
+                        ));
+                    }
+                    if !(0.0..=1.0).contains(&self.exploration_fraction) {
+                        return bad(format!(
+                            "exploration_fraction must be in [0, 1], got {}",
+                            self.exploration_fraction
+                        ));
+                    }
+                }
+            }
+            SearchPolicy::Gumbel {
+                max_considered_actions,
+                c_visit,
+                c_scale,
+            } => {
+                if max_considered_actions == 0 {
+                    return bad("max_considered_actions must be at least 1".into());
+                }
+                if !(c_visit.is_finite() && c_visit >= 0.0) {
+                    return bad(format!("c_visit must be finite and >= 0, got {c_visit}"));
+                }
+                if !(c_scale.is_finite() && c_scale >= 0.0) {
+                    return bad(format!("c_scale must be finite and >= 0, got {c_scale}"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+
+    /// A pUCT config with `num_simulations` and `discount`, defaults otherwise.
+    pub(crate) fn puct_config(num_simulations: usize, discount: f32) -> SearchConfig {
+        SearchConfig {
+            num_simulations,
+            discount,
+            policy: SearchPolicy::Puct,
+            ..SearchConfig::default()
+        }
+    }
+
+    /// A Gumbel MuZero config (paper defaults) with `num_simulations` and `discount`.
+    pub(crate) fn gumbel_config(num_simulations: usize, discount: f32) -> SearchConfig {
+        SearchConfig {
+            num_simulations,
+            discount,
+            policy: SearchPolicy::default_gumbel(),
+            ..SearchConfig::default()
+        }
+    }
+
+    #[test]
+    fn config_serde_round_trip() {
+        let config = SearchConfig {
+            policy: SearchPolicy::default_gumbel(),
+            two_player: true,
+            ..SearchConfig::default()
+        };
+        let json = serde_json::to_string(&config).unwrap();
+        let back: SearchConfig = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, config);
+        // Missing fields take their defaults.
+        let partial: SearchConfig = serde_json::from_str(r#"{"num_simulations": 8}"#).unwrap();
+        assert_eq!(partial.num_simulations, 8);
+        assert_eq!(partial.c2, 19652.0);
+    }
+
+    #[test]
+    fn validate_names_the_parameter_out_of_range() {
+        let puct = SearchConfig::default();
+        let gumbel = SearchConfig {
+            policy: SearchPolicy::default_gumbel(),
+            ..SearchConfig::default()
+        };
+        for config in [&puct, &gumbel] {
+            for add_noise in [false, true] {
+                assert!(config.validate(add_noise).is_ok(), "{config:?}");
+            }
+        }
+        let rejected =
+            |config: SearchConfig, add_noise: bool, field: &str| match config.validate(add_noise) {
+                Err(SearchError::InvalidConfig(msg)) => assert!(msg.contains(field), "{msg}"),
+                other => panic!("{field}: expected InvalidConfig, got {other:?}"),
+            };
+        let with = |f: fn(&mut SearchConfig), base: &SearchConfig| {
+            let mut config = base.clone();
+            f(&mut config);
+            config
+        };
+        rejected(
+            with(|c| c.num_simulations = 0, &puct),
+            false,
+            "num_simulations",
+        );
+        rejected(with(|c| c.discount = 1.5, &puct), false, "discount");
+        rejected(with(|c| c.discount = f32::NAN, &gumbel), false, "discount");
+        rejected(with(|c| c.c1 = -1.0, &puct), false, "c1");
+        rejected(with(|c| c.c2 = 0.0, &puct), false, "c2");
+        // The pUCT noise parameters matter only with noise, and never to Gumbel.
+        let no_alpha = with(|c| c.dirichlet_alpha = 0.0, &puct);
+        assert!(no_alpha.validate(false).is_ok());
+        rejected(no_alpha, true, "dirichlet_alpha");
+        let bad_fraction = with(|c| c.exploration_fraction = 2.0, &puct);
+        assert!(bad_fraction.validate(false).is_ok());
+        rejected(bad_fraction, true, "exploration_fraction");
+        let gumbel_no_alpha = with(|c| c.dirichlet_alpha = 0.0, &gumbel);
+        assert!(gumbel_no_alpha.validate(true).is_ok());
+        let gumbel_with = |m: usize, c_visit: f32, c_scale: f32| SearchConfig {
+            policy: SearchPolicy::Gumbel {
+                max_considered_actions: m,
+                c_visit,
+                c_scale,
+            },
+            ..gumbel.clone()
+        };
+        rejected(gumbel_with(0, 50.0, 1.0), false, "max_considered_actions");
+        rejected(gumbel_with(16, -1.0, 1.0), false, "c_visit");
+        rejected(gumbel_with(16, 50.0, f32::INFINITY), true, "c_scale");
+    }
+}

@@ -1,0 +1,508 @@
+//! The batched search itself: [`Searcher`] runs `B` trees in lockstep, one model call per
+//! simulation for the whole batch (see the [module docs](super) for the conventions).
+//!
+//! Here live the batch-wide steps: validate the inputs, one [`Model::initial_inference`] for
+//! the roots and their noise, then per simulation one [`Model::recurrent_inference`] for the
+//! leaves of all trees, and finally the root statistics and [`targets`]. Each tree's own share
+//! of a simulation (descend, expand, back up) is in [`simulation`](super::simulation); large
+//! batches run it on the rayon pool.
+
+use rand::Rng;
+use rayon::prelude::*;
+
+use super::config::{SearchConfig, SearchPolicy};
+use super::error::SearchError;
+use super::gumbel::{self, SigmaParams};
+use super::output::SearchOutput;
+use super::simulation::{Rules, TreeState};
+use super::tree::ROOT;
+use super::{noise, targets};
+use crate::model::{Model, Prediction};
+
+/// Batches at least this large run the per-tree work on the rayon pool.
+const PARALLEL_MIN_BATCH: usize = 32;
+/// Trees per rayon task.
+const PARALLEL_CHUNK: usize = 8;
+
+/// Run one batched search with fresh buffers (see [`Searcher::run`], which reuses them).
+///
+/// `observations`: `[B * obs_len]`, passed to the model as is; `legal_masks`: `[B * A]`
+/// (`true` = legal; root only); `add_noise`: root exploration noise (training).
+pub fn run_search<M: Model + ?Sized, R: Rng + ?Sized>(
+    model: &mut M,
+    config: &SearchConfig,
+    observations: &[f32],
+    batch: usize,
+    legal_masks: &[bool],
+    add_noise: bool,
+    rng: &mut R,
+) -> Result<SearchOutput, SearchError> {
+    Searcher::new().run(
+        model,
+        config,
+        observations,
+        batch,
+        legal_masks,
+        add_noise,
+        rng,
+    )
+}
+
+/// Reusable search buffers: keep one per actor/thread to avoid reallocating the trees.
+#[derive(Debug, Default)]
+pub struct Searcher {
+    trees: Vec<TreeState>,
+    parents: Vec<usize>,
+    actions: Vec<usize>,
+    schedules: Vec<Vec<u32>>,
+    schedule_simulations: usize,
+    noise_scratch: Vec<f32>,
+}
+
+impl Searcher {
+    /// Empty buffers; they grow on first use.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Run one batched search (see the [module docs](super) and [`run_search`]).
+    ///
+    /// `observations`: `[B * obs_len]`, passed to the model as is; `legal_masks`: `[B * A]`
+    /// (`true` = legal; root only); `add_noise`: root exploration noise (training). The rng is
+    /// used only for the root noise.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run<M: Model + ?Sized, R: Rng + ?Sized>(
+        &mut self,
+        model: &mut M,
+        config: &SearchConfig,
+        observations: &[f32],
+        batch: usize,
+        legal_masks: &[bool],
+        add_noise: bool,
+        rng: &mut R,
+    ) -> Result<SearchOutput, SearchError> {
+        config.validate(add_noise)?;
+        let num_actions = model.num_actions();
+        if num_actions == 0 {
+            return Err(SearchError::NoActions);
+        }
+        let expected = batch * num_actions;
+        if legal_masks.len() != expected {
+            return Err(SearchError::LegalMaskLength {
+                got: legal_masks.len(),
+                expected,
+                batch,
+                num_actions,
+            });
+        }
+        if let Some(index) = legal_masks
+            .chunks_exact(num_actions)
+            .position(|row| !row.contains(&true))
+        {
+            return Err(SearchError::NoLegalAction { index });
+        }
+        if batch == 0 {
+            return Ok(SearchOutput {
+                num_actions,
+                gumbel_actions: matches!(config.policy, SearchPolicy::Gumbel { .. }).then(Vec::new),
+                ..SearchOutput::default()
+            });
+        }
+
+        let num_simulations = config.num_simulations;
+        let root = model.initial_inference(observations, batch, num_simulations + 1)?;
+        check_prediction("initial_inference", &root, batch, num_actions, false)?;
+
+        let gumbel_params = match config.policy {
+            SearchPolicy::Puct => None,
+            SearchPolicy::Gumbel {
+                c_visit, c_scale, ..
+            } => Some(SigmaParams { c_visit, c_scale }),
+        };
+        self.prepare_roots(
+            config,
+            &root,
+            batch,
+            num_actions,
+            legal_masks,
+            add_noise,
+            rng,
+        );
+
+        let rules = Rules {
+            discount: config.discount,
+            sign: if config.two_player { -1.0 } else { 1.0 },
+            two_player: config.two_player,
+            c1: config.c1,
+            c2: config.c2,
+            gumbel: gumbel_params,
+            schedules: &self.schedules,
+        };
+        let trees = &mut self.trees[..batch];
+        self.parents.resize(batch, 0);
+        self.actions.resize(batch, 0);
+        let parents = &mut self.parents[..batch];
+        let actions = &mut self.actions[..batch];
+
+        for_each_tree(trees, parents, actions, |_, ts, parent, action| {
+            (*parent, *action) = ts.select_leaf(&rules, 0);
+        });
+        for simulation in 0..num_simulations {
+            let node = simulation + 1;
+            let pred = model.recurrent_inference(parents, actions, node)?;
+            check_prediction("recurrent_inference", &pred, batch, num_actions, true)?;
+            let last = node == num_simulations;
+            for_each_tree(trees, parents, actions, |b, ts, parent, action| {
+                let logits = &pred.policy_logits[b * num_actions..(b + 1) * num_actions];
+                let (value, reward) = (pred.values[b], pred.rewards[b]);
+                ts.expand_and_backup(&rules, node, *parent, *action, logits, value, reward);
+                if !last {
+                    (*parent, *action) = ts.select_leaf(&rules, node);
+                }
+            });
+        }
+
+        Ok(collect_output(trees, &rules, num_actions))
+    }
+
+    /// Reset the trees, expand the roots, add the root noise and build the Sequential Halving
+    /// schedules. The rng is used in batch order (Dirichlet or Gumbel noise per root).
+    #[allow(clippy::too_many_arguments)]
+    fn prepare_roots<R: Rng + ?Sized>(
+        &mut self,
+        config: &SearchConfig,
+        root: &Prediction,
+        batch: usize,
+        num_actions: usize,
+        legal_masks: &[bool],
+        add_noise: bool,
+        rng: &mut R,
+    ) {
+        let num_simulations = config.num_simulations;
+        if self.trees.len() < batch {
+            self.trees.resize_with(batch, TreeState::default);
+        }
+        if self.schedule_simulations != num_simulations {
+            self.schedules.clear();
+            self.schedule_simulations = num_simulations;
+        }
+        self.noise_scratch.resize(num_actions, 0.0);
+        for (b, ts) in self.trees[..batch].iter_mut().enumerate() {
+            let row = b * num_actions..(b + 1) * num_actions;
+            let legal = &legal_masks[row.clone()];
+            ts.reset(num_simulations + 1, num_actions, legal);
+            ts.tree
+                .init_root(&root.policy_logits[row], legal, root.values[b]);
+            match config.policy {
+                SearchPolicy::Puct => {
+                    if add_noise {
+                        noise::add_dirichlet_noise(
+                            ts.tree.priors_mut(ROOT),
+                            legal,
+                            config.dirichlet_alpha,
+                            config.exploration_fraction,
+                            rng,
+                            &mut self.noise_scratch,
+                        );
+                    }
+                }
+                SearchPolicy::Gumbel {
+                    max_considered_actions,
+                    ..
+                } => {
+                    if add_noise {
+                        gumbel::sample_gumbel(rng, &mut ts.gumbel);
+                    }
+                    let num_legal = legal.iter().filter(|&&ok| ok).count();
+                    let m = max_considered_actions.min(num_legal);
+                    ts.num_considered = m;
+                    if self.schedules.len() <= m {
+                        self.schedules.resize_with(m + 1, Vec::new);
+                    }
+                    if self.schedules[m].is_empty() {
+                        self.schedules[m] = gumbel::considered_visit_sequence(m, num_simulations);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Run `f(b, tree, parent, action)` for every batch element, on the rayon pool for large
+/// batches. Each call touches only its own tree, so the result does not depend on the order.
+fn for_each_tree<F>(trees: &mut [TreeState], parents: &mut [usize], actions: &mut [usize], f: F)
+where
+    F: Fn(usize, &mut TreeState, &mut usize, &mut usize) + Sync + Send,
+{
+    if trees.len() >= PARALLEL_MIN_BATCH {
+        trees
+            .par_iter_mut()
+            .zip(parents.par_iter_mut())
+            .zip(actions.par_iter_mut())
+            .enumerate()
+            .with_min_len(PARALLEL_CHUNK)
+            .for_each(|(b, ((ts, p), a))| f(b, ts, p, a));
+    } else {
+        for (b, ((ts, p), a)) in trees
+            .iter_mut()
+            .zip(parents.iter_mut())
+            .zip(actions.iter_mut())
+            .enumerate()
+        {
+            f(b, ts, p, a);
+        }
+    }
+}
+
+fn check_prediction(
+    call: &'static str,
+    pred: &Prediction,
+    batch: usize,
+    num_actions: usize,
+    rewards: bool,
+) -> Result<(), SearchError> {
+    let fields = [
+        (
+            "policy_logits",
+            pred.policy_logits.len(),
+            batch * num_actions,
+        ),
+        ("values", pred.values.len(), batch),
+        ("rewards", pred.rewards.len(), batch),
+    ];
+    let checked = if rewards { 3 } else { 2 };
+    for &(field, got, expected) in &fields[..checked] {
+        if got != expected {
+            return Err(SearchError::PredictionShape {
+                call,
+                field,
+                got,
+                expected,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Gather the `[B]` root values and `[B * A]` root statistics and targets of the finished
+/// trees.
+fn collect_output(trees: &mut [TreeState], rules: &Rules<'_>, num_actions: usize) -> SearchOutput {
+    let batch = trees.len();
+    let mut out = SearchOutput {
+        batch,
+        num_actions,
+        root_values: Vec::with_capacity(batch),
+        visit_counts: vec![0; batch * num_actions],
+        policy_targets: vec![0.0; batch * num_actions],
+        root_q: vec![0.0; batch * num_actions],
+        gumbel_actions: rules.gumbel.map(|_| Vec::with_capacity(batch)),
+        max_depth: 0,
+    };
+    for (b, ts) in trees.iter_mut().enumerate() {
+        let row = b * num_actions..(b + 1) * num_actions;
+        let tree = &ts.tree;
+        out.root_values.push(tree.value(ROOT));
+        out.max_depth = out.max_depth.max(ts.max_depth);
+        let visits = &mut out.visit_counts[row.clone()];
+        visits.copy_from_slice(tree.children_visits(ROOT));
+        out.root_q[row.clone()].copy_from_slice(tree.children_q(ROOT));
+        let policy_targets = &mut out.policy_targets[row];
+        match rules.gumbel {
+            None => targets::visit_count_policy(visits, policy_targets),
+            Some(params) => {
+                let action = targets::gumbel_root_target(
+                    tree,
+                    &ts.legal,
+                    &ts.gumbel,
+                    params,
+                    policy_targets,
+                    &mut ts.scratch,
+                );
+                if let Some(actions) = out.gumbel_actions.as_mut() {
+                    actions.push(action);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+
+    use super::*;
+    use crate::model::ModelError;
+    use crate::search::config::tests::{gumbel_config, puct_config};
+    use crate::testing::models::{Bandit, Chain, Flaky, HashModel};
+
+    #[test]
+    fn backup_with_discount_hand_computed() {
+        // d = 0.9. Returns at the root:
+        //   sim 0: 1 + 0.9 * 10 = 10
+        //   sim 1: node 1 gets 2 + 0.9 * 20 = 20, root 1 + 0.9 * 20 = 19
+        //   sim 2: node 2 gets 3 + 0.9 * 30 = 30, node 1 2 + 0.9 * 30 = 29, root 1 + 0.9 * 29 = 27.1
+        // root value = (0.5 + 10 + 19 + 27.1) / 4 = 14.15
+        // v(node 1) = (10 + 20 + 29) / 3, Q(root, 0) = 1 + 0.9 * 59 / 3 = 18.7
+        for config in [puct_config(3, 0.9), gumbel_config(3, 0.9)] {
+            let mut rng = StdRng::seed_from_u64(0);
+            let out = run_search(
+                &mut Chain::default(),
+                &config,
+                &[],
+                2,
+                &[true; 2],
+                true,
+                &mut rng,
+            )
+            .unwrap();
+            for b in 0..2 {
+                assert!(
+                    (out.root_values[b] - 14.15).abs() < 1e-4,
+                    "{:?}",
+                    out.root_values
+                );
+                assert!((out.root_q[b] - 18.7).abs() < 1e-4, "{:?}", out.root_q);
+                assert_eq!(out.visit_counts[b], 3);
+                assert_eq!(out.policy_targets[b], 1.0);
+            }
+            assert_eq!(out.max_depth, 3);
+        }
+    }
+
+    #[test]
+    fn backup_two_player_hand_computed() {
+        // Same chain, players alternate: G_parent = r - 0.9 * G_child.
+        //   sim 0: root 1 - 0.9 * 10 = -8
+        //   sim 1: node 1 2 - 0.9 * 20 = -16, root 1 + 0.9 * 16 = 15.4
+        //   sim 2: node 2 3 - 0.9 * 30 = -24, node 1 2 + 0.9 * 24 = 23.6, root 1 - 0.9 * 23.6 = -20.24
+        // root value = (0.5 - 8 + 15.4 - 20.24) / 4 = -3.085
+        // v(node 1) = (10 - 16 + 23.6) / 3 = 17.6 / 3, Q(root, 0) = 1 - 0.9 * 17.6 / 3 = -4.28
+        for policy in [SearchPolicy::Puct, SearchPolicy::default_gumbel()] {
+            let config = SearchConfig {
+                two_player: true,
+                policy,
+                ..puct_config(3, 0.9)
+            };
+            let mut rng = StdRng::seed_from_u64(0);
+            let out = run_search(
+                &mut Chain::default(),
+                &config,
+                &[],
+                1,
+                &[true],
+                false,
+                &mut rng,
+            )
+            .unwrap();
+            assert!(
+                (out.root_values[0] + 3.085).abs() < 1e-4,
+                "{:?}",
+                out.root_values
+            );
+            assert!((out.root_q[0] + 4.28).abs() < 1e-4, "{:?}", out.root_q);
+        }
+    }
+
+    #[test]
+    fn one_recurrent_call_per_simulation_with_batch_sized_inputs() {
+        for (batch, sims) in [(1, 1), (3, 17), (40, 9)] {
+            for config in [puct_config(sims, 0.99), gumbel_config(sims, 0.99)] {
+                let mut model = Bandit::new(5, 1);
+                let mut rng = StdRng::seed_from_u64(3);
+                let obs = vec![0.0; batch];
+                let masks = vec![true; batch * 5];
+                let out =
+                    run_search(&mut model, &config, &obs, batch, &masks, true, &mut rng).unwrap();
+                assert_eq!(model.initial_calls, 1);
+                assert_eq!(model.recurrent_calls, sims);
+                assert_eq!(model.capacity, sims + 1);
+                assert_eq!(out.batch, batch);
+                assert_eq!(out.root_values.len(), batch);
+                assert_eq!(out.visit_counts.len(), batch * 5);
+            }
+        }
+    }
+
+    #[test]
+    fn invalid_inputs_are_reported() {
+        let mut rng = StdRng::seed_from_u64(0);
+        let mut model = Bandit::new(3, 0);
+        let config = puct_config(5, 1.0);
+        let err = run_search(
+            &mut model, &config, &[0.0; 2], 2, &[true; 5], false, &mut rng,
+        );
+        assert!(matches!(
+            err,
+            Err(SearchError::LegalMaskLength {
+                got: 5,
+                expected: 6,
+                ..
+            })
+        ));
+        let masks = [true, true, true, false, false, false];
+        let err = run_search(&mut model, &config, &[0.0; 2], 2, &masks, false, &mut rng);
+        assert!(matches!(err, Err(SearchError::NoLegalAction { index: 1 })));
+        let bad = SearchConfig {
+            num_simulations: 0,
+            ..config.clone()
+        };
+        let err = run_search(&mut model, &bad, &[0.0], 1, &[true; 3], false, &mut rng);
+        assert!(matches!(err, Err(SearchError::InvalidConfig(_))));
+        let bad = SearchConfig {
+            dirichlet_alpha: 0.0,
+            ..config.clone()
+        };
+        assert!(run_search(&mut model, &bad, &[0.0], 1, &[true; 3], false, &mut rng).is_ok());
+        let err = run_search(&mut model, &bad, &[0.0], 1, &[true; 3], true, &mut rng);
+        assert!(matches!(err, Err(SearchError::InvalidConfig(_))));
+        // A model error (wrong observation length) comes back as an error, not a panic.
+        let mut hashy = HashModel::tempting(3, vec![true; 3]);
+        let err = run_search(
+            &mut hashy, &config, &[0.0; 4], 1, &[true; 3], false, &mut rng,
+        );
+        assert!(matches!(
+            err,
+            Err(SearchError::Model(ModelError::ObservationShape { .. }))
+        ));
+        // Empty batch: nothing to do.
+        let out = run_search(&mut model, &config, &[], 0, &[], false, &mut rng).unwrap();
+        assert_eq!(out.batch, 0);
+        assert!(out.root_values.is_empty());
+    }
+
+    #[test]
+    fn model_failures_and_bad_shapes_are_errors() {
+        let mut rng = StdRng::seed_from_u64(0);
+        let config = puct_config(8, 1.0);
+        let mut model = Flaky {
+            fail_at: 3,
+            short: false,
+        };
+        let err = run_search(&mut model, &config, &[], 2, &[true; 4], false, &mut rng);
+        assert!(matches!(
+            err,
+            Err(SearchError::Model(ModelError::Backend(_)))
+        ));
+        let mut model = Flaky {
+            fail_at: 5,
+            short: true,
+        };
+        let err = run_search(&mut model, &config, &[], 2, &[true; 4], false, &mut rng);
+        match err {
+            Err(SearchError::PredictionShape {
+                call,
+                field,
+                got,
+                expected,
+            }) => {
+                assert_eq!(
+                    (call, field, got, expected),
+                    ("recurrent_inference", "policy_logits", 0, 4)
+                );
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
