@@ -16,7 +16,7 @@ use crate::replay::{GameHistory, ReplayBuffer};
 use crate::search::Searcher;
 use crate::train::Learner;
 
-/// Errors of [`run`].
+/// Errors of [`measure`].
 #[derive(Debug, thiserror::Error)]
 pub enum BenchmarkError {
     #[error("the benchmark needs a device")]
@@ -174,7 +174,7 @@ fn random_replay(
 }
 
 /// Run the benchmark for the network and search of `config` on `device`.
-pub fn run(config: &Config, plan: &BenchmarkPlan) -> Result<BenchmarkReport, BenchmarkError> {
+pub fn measure(config: &Config, plan: &BenchmarkPlan) -> Result<BenchmarkReport, BenchmarkError> {
     if plan.devices.is_empty() {
         return Err(BenchmarkError::NoDevice);
     }

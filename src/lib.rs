@@ -21,6 +21,7 @@ pub mod benchmark;
 pub mod checkpoint;
 pub mod components;
 pub mod config;
+pub mod error_chain;
 pub mod metrics;
 pub mod model;
 pub mod network;

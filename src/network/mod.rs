@@ -50,18 +50,6 @@ pub enum NetworkError {
     ActionOutOfRange { action: usize, num_actions: usize },
 }
 
-/// `err` and its sources, joined with ": " (for errors that must travel as a string).
-pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-
 /// Everything that fixes a network's architecture.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NetworkSpec {

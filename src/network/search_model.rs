@@ -22,7 +22,7 @@ impl From<NetworkError> for ModelError {
                 batch: got / per_observation.max(1),
                 per_observation,
             },
-            other => ModelError::Backend(super::error_chain(&other)),
+            other => ModelError::Backend(crate::error_chain::error_chain(&other)),
         }
     }
 }

@@ -23,6 +23,7 @@ use rand::SeedableRng;
 use crate::checkpoint::{self, CheckpointData, Counters};
 use crate::components::{self, EnvInfo};
 use crate::config::Config;
+use crate::error_chain::error_chain;
 use crate::metrics::{MetricSink, Progress};
 use crate::network::{compute_dtype, MuZeroNetwork};
 use crate::replay::ReplayBuffer;
@@ -68,7 +69,7 @@ pub struct RunSummary {
 }
 
 /// The training loop's state.
-struct Run<'a> {
+struct TrainingRun<'a> {
     config: &'a Config,
     env: EnvInfo,
     learner: Learner,
@@ -126,7 +127,7 @@ pub fn train(
     if devices.is_empty() {
         return Err(TrainError::NoDevice);
     }
-    let mut run = Run::start(config, devices, options)?;
+    let mut run = TrainingRun::start(config, devices, options)?;
     let result = run.main_loop(options, sink);
     if let Err(err) = &result {
         // Keep what was learned before the failure; a failed save is reported too.
@@ -161,18 +162,6 @@ pub fn train(
     })
 }
 
-/// An error and its causes on one line: `a: b: c`.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 fn mean(values: &VecDeque<f64>) -> f64 {
     if values.is_empty() {
         0.0
@@ -181,7 +170,7 @@ fn mean(values: &VecDeque<f64>) -> f64 {
     }
 }
 
-impl<'a> Run<'a> {
+impl<'a> TrainingRun<'a> {
     fn start(config: &'a Config, devices: &[Device], options: &RunOptions) -> Result<Self> {
         let device = &devices[0];
         let env = EnvInfo::of(config)?;

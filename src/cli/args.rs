@@ -1,0 +1,192 @@
+//! The command line as typed values (clap derive). `--config` and `--set` are accepted before
+//! and after the subcommand and joined in the order written.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+
+use cumind::config::{parse_set, Config, ConfigError, ConfigSources, DeviceKind};
+
+/// CuMind: a MuZero-style agent that learns a model of its environment and plans inside it.
+///
+/// `--config` and `--set` may stand before or after the subcommand, or both: all of them
+/// count, in the order written.
+#[derive(Debug, Parser)]
+#[command(name = "cumind", version, about, long_about = None)]
+pub struct Cli {
+    /// Configuration options written before the subcommand (applied first).
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Configuration options; accepted before and after the subcommand.
+///
+/// Not declared `global`: clap replaces a global multi-value option's earlier occurrences with
+/// the later ones, so `--set a=1 train --set b=2` used to drop `a=1`. Each subcommand declares
+/// its own copy and [`Cli::config_args`] concatenates them in the order written.
+#[derive(Debug, Args, Clone, Default, PartialEq)]
+pub struct ConfigArgs {
+    /// A configuration file (JSON) layered over the embedded defaults, e.g. agents/catch.json
+    /// (repeatable: later files override earlier ones).
+    #[arg(long = "config", value_name = "PATH")]
+    pub files: Vec<PathBuf>,
+    /// Override one key: --set section.key=value (repeatable; value parsed as JSON, else a string).
+    #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
+    pub sets: Vec<String>,
+}
+
+impl ConfigArgs {
+    /// These options followed by `later`'s.
+    pub fn then(&self, later: &ConfigArgs) -> ConfigArgs {
+        ConfigArgs {
+            files: self.files.iter().chain(&later.files).cloned().collect(),
+            sets: self.sets.iter().chain(&later.sets).cloned().collect(),
+        }
+    }
+}
+
+impl Cli {
+    /// Every `--config` and `--set`, before and after the subcommand, in the order written.
+    pub fn config_args(&self) -> ConfigArgs {
+        let after = match &self.command {
+            Command::Config(args) => &args.config,
+            Command::Train(args) => &args.config,
+            Command::Eval(args) => &args.config,
+            Command::Play(args) => &args.config,
+            Command::Benchmark(args) => &args.config,
+        };
+        self.config.then(after)
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the effective configuration as JSON (defaults <- --config <- CUMIND_* <- --set).
+    Config(ConfigCommandArgs),
+    /// Train an agent (default: CartPole-v1 on the CPU from the embedded configuration).
+    Train(TrainArgs),
+    /// Play greedy episodes with a trained agent and print the mean and std of the return.
+    Eval(EvalArgs),
+    /// Play a two-player board game against a trained agent in the terminal.
+    Play(PlayArgs),
+    /// Measure inference, search and training throughput per dtype and batch size.
+    Benchmark(BenchmarkArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigCommandArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchmarkArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Device: cpu, cuda or cuda:N (overrides device.device_type).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Compute dtypes to compare, comma-separated.
+    #[arg(long, default_value = "float32,bfloat16", value_delimiter = ',')]
+    pub dtypes: Vec<String>,
+    /// Search/inference batch sizes, comma-separated.
+    #[arg(long, default_value = "1,16,64,256", value_delimiter = ',')]
+    pub batch_sizes: Vec<usize>,
+    /// Timed repetitions per measurement (medians are reported).
+    #[arg(long, default_value_t = 15)]
+    pub repetitions: usize,
+    /// Untimed warm-up repetitions.
+    #[arg(long, default_value_t = 5)]
+    pub warmup: usize,
+    /// Skip the training-step measurement.
+    #[arg(long)]
+    pub no_training: bool,
+    /// Measure training with 1..=N model replicas (N CPU replicas, or N consecutive GPUs).
+    #[arg(long, default_value_t = 1)]
+    pub num_devices: usize,
+    /// Write the results as JSON here.
+    #[arg(long, default_value = "benchmark.json")]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct PlayArgs {
+    /// Only `--set mcts.KEY=VALUE` is accepted here: the rest is the checkpoint's configuration.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Checkpoint of the agent (a run directory or a step directory).
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint: PathBuf,
+    /// Let the agent move first.
+    #[arg(long)]
+    pub second: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Continue a run from its checkpoint (a run directory or one of its step directories);
+    /// the run's stored configuration is used.
+    #[arg(long, value_name = "DIR")]
+    pub resume: Option<PathBuf>,
+    /// Device: cpu, cuda or cuda:N (overrides device.device_type).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Model replicas (overrides device.num_devices).
+    #[arg(long)]
+    pub num_devices: Option<usize>,
+    /// Random seed (overrides other.seed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Hide the progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Only `--set mcts.KEY=VALUE` is accepted here: the rest is the checkpoint's configuration.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Checkpoint to evaluate (a run directory or a step directory).
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint: PathBuf,
+    /// Episodes to play.
+    #[arg(long, default_value_t = 20)]
+    pub episodes: usize,
+    /// Seed of the evaluation episodes.
+    #[arg(long, default_value_t = 12345)]
+    pub seed: u64,
+    /// Device: cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: DeviceKind,
+}
+
+impl ConfigArgs {
+    /// Load and validate the layered configuration, with extra `--set` style overrides
+    /// (from dedicated flags such as `--seed`) applied last.
+    pub fn load_with(&self, extra: Vec<String>) -> Result<Config> {
+        let mut sets = self.sets.clone();
+        sets.extend(extra);
+        let sources = ConfigSources {
+            files: self.files.clone(),
+            text: None,
+            env_vars: std::env::vars().collect(),
+            sets,
+        };
+        Config::load(&sources).context("invalid configuration")
+    }
+
+    /// The `section.key` of every `--set`, in order.
+    pub fn set_keys(&self) -> Result<Vec<String>> {
+        self.sets
+            .iter()
+            .map(|flag| Ok(parse_set(flag)?.0))
+            .collect::<Result<_, ConfigError>>()
+            .context("invalid configuration")
+    }
+}

@@ -1,0 +1,334 @@
+//! Command-line interface: argument parsing and dispatch, and nothing else.
+//!
+//! This is the only place that picks a device; library code receives it. Files: `args.rs`
+//! (the typed arguments), `input.rs` (refusing or warning about input nothing would read),
+//! `console.rs` (progress and lines on the terminal).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use candle_core::Device;
+
+use cumind::checkpoint;
+use cumind::config::{is_read_by, Config, DeviceKind, BENCHMARK_READS};
+use cumind::metrics::TensorBoardSink;
+use cumind::selfplay::evaluate;
+use cumind::trainer::{train, RunOptions};
+
+mod args;
+mod console;
+mod input;
+
+pub use args::Cli;
+use args::{BenchmarkArgs, Command, ConfigArgs, EvalArgs, PlayArgs, TrainArgs};
+use console::ConsoleSink;
+use input::{dedicated_flags, explicit_keys, load_agent, warn_ignored_keys};
+
+/// Open `kind` (the only place a device is chosen).
+pub fn open_device(kind: DeviceKind) -> Result<Device> {
+    match kind {
+        DeviceKind::Cpu => Ok(Device::Cpu),
+        DeviceKind::Cuda(index) => {
+            if !candle_core::utils::cuda_is_available() {
+                bail!(
+                    "device `{kind}` asked for, but this cumind was built without the `cuda` feature: \
+                     rebuild with `cargo build --release --features cuda` (see README, \"GPU build\")"
+                );
+            }
+            Device::new_cuda(index).with_context(|| {
+                format!("cannot open CUDA device {index} (is a GPU with a driver present?)")
+            })
+        }
+    }
+}
+
+/// `count` devices starting at `first`: on the CPU, `count` CPU replicas; on CUDA,
+/// consecutive GPUs from the given index.
+pub fn open_devices(first: DeviceKind, count: usize) -> Result<Vec<Device>> {
+    match first {
+        DeviceKind::Cpu => Ok(vec![Device::Cpu; count.max(1)]),
+        DeviceKind::Cuda(first) => (first..first + count.max(1))
+            .map(|i| open_device(DeviceKind::Cuda(i)))
+            .collect(),
+    }
+}
+
+/// Give rayon and candle an explicit thread count before any thread starts: with
+/// RAYON_NUM_THREADS unset, candle re-derives it on every matmul (see docs/dependencies.md).
+fn set_thread_count(config: &Config) {
+    if let Some(set) = std::env::var_os("RAYON_NUM_THREADS") {
+        let wanted = config.other.num_threads;
+        if wanted > 0 && set.to_string_lossy() != wanted.to_string() {
+            eprintln!(
+                "warning: `other.num_threads` = {wanted} has no effect: RAYON_NUM_THREADS={} is set",
+                set.to_string_lossy()
+            );
+        }
+        return;
+    }
+    let n = if config.other.num_threads > 0 {
+        config.other.num_threads
+    } else {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    };
+    std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+}
+
+/// Run the parsed command line.
+pub fn run(cli: Cli) -> Result<()> {
+    let config_args = cli.config_args();
+    match cli.command {
+        Command::Config(_) => {
+            let config = config_args.load_with(Vec::new())?;
+            warn_ignored_keys(&config, &explicit_keys(&config_args)?)?;
+            println!("{}", config.to_json());
+            Ok(())
+        }
+        Command::Train(args) => run_train(&config_args, args),
+        Command::Eval(args) => run_eval(&config_args, args),
+        Command::Play(args) => run_play(&config_args, args),
+        Command::Benchmark(args) => run_benchmark(&config_args, args),
+    }
+}
+
+fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
+    let extra = dedicated_flags(
+        config_args,
+        &[
+            ("--device", "device.device_type", args.device.clone()),
+            (
+                "--num-devices",
+                "device.num_devices",
+                args.num_devices.map(|n| n.to_string()),
+            ),
+            ("--seed", "other.seed", args.seed.map(|n| n.to_string())),
+        ],
+    )?;
+    let config = match &args.resume {
+        None => config_args.load_with(extra)?,
+        Some(path) => {
+            if !config_args.files.is_empty() {
+                bail!("--config cannot be combined with --resume: a resumed run uses its stored configuration (change keys with --set)");
+            }
+            let (dir, meta) = checkpoint::load_metadata(path)?;
+            let mut sets = config_args.sets.clone();
+            sets.extend(extra);
+            Config::load_resumed(
+                &format!("the configuration stored in {}", dir.display()),
+                &meta.config.to_string(),
+                std::env::vars().collect(),
+                sets,
+            )
+            .context("invalid configuration")?
+        }
+    };
+    warn_ignored_keys(&config, &explicit_keys(config_args)?)?;
+    set_thread_count(&config);
+    let devices = open_devices(config.device.device_type, config.device.num_devices)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        ctrlc::set_handler(move || {
+            if stop.swap(true, Ordering::SeqCst) {
+                eprintln!("second Ctrl-C: exiting without a checkpoint");
+                std::process::exit(130);
+            }
+            eprintln!("Ctrl-C: saving a checkpoint before exiting (press again to abort)");
+        })
+        .context("cannot install the Ctrl-C handler")?;
+    }
+    let run_name_hint = cumind::trainer::planned_run_name(&config, args.resume.as_deref())?;
+    let options = RunOptions {
+        resume: args.resume.clone(),
+        stop,
+        no_checkpoints: false,
+        run_name: Some(run_name_hint.clone()),
+    };
+    let log_dir = PathBuf::from(&config.other.log_dir).join(&run_name_hint);
+    let tensorboard = TensorBoardSink::new(&log_dir)
+        .with_context(|| format!("cannot create {}", log_dir.display()))?;
+    let mut sink = ConsoleSink::new(tensorboard, !args.no_progress);
+    eprintln!(
+        "training {} on {} | logs: {} | checkpoints: {}",
+        config.environment.env_name,
+        config.device.device_type,
+        log_dir.display(),
+        PathBuf::from(&config.training.checkpoint_root_dir)
+            .join(&run_name_hint)
+            .display()
+    );
+    let result = train(&config, &devices, &options, &mut sink);
+    sink.finish();
+    let summary = result?;
+    let c = &summary.counters;
+    println!(
+        "stopped: {} | {} env steps, {} training steps, {} episodes in {:.1}s | recent return {:.1}{}",
+        summary.stop_reason,
+        c.env_steps,
+        c.training_steps,
+        c.episodes,
+        c.elapsed_seconds,
+        summary.recent_return,
+        summary
+            .last_eval
+            .as_ref()
+            .map(|e| format!(" | last eval {:.1} +- {:.1}", e.mean_return(), e.std_return()))
+            .unwrap_or_default()
+    );
+    println!(
+        "time: self-play {:.1}s, training {:.1}s, evaluation {:.1}s",
+        summary.timing.self_play, summary.timing.training, summary.timing.evaluation
+    );
+    println!("checkpoint: {}", summary.run_dir.display());
+    Ok(())
+}
+
+fn run_eval(config_args: &ConfigArgs, args: EvalArgs) -> Result<()> {
+    let device = open_device(args.device)?;
+    let agent = load_agent("eval", config_args, &args.checkpoint, &device)?;
+    let config = agent.config();
+    set_thread_count(config);
+    if args.episodes == 0 {
+        bail!("--episodes must be at least 1");
+    }
+    let start = Instant::now();
+    let eval = evaluate(
+        agent.network(),
+        &config.environment.env_name,
+        args.episodes,
+        agent.search_config(),
+        args.seed,
+    )?;
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "{}: {} episodes, mean return {:.2} +- {:.2} (std), min {:.1}, max {:.1}",
+        config.environment.env_name,
+        eval.returns.len(),
+        eval.mean_return(),
+        eval.std_return(),
+        eval.returns.iter().cloned().fold(f64::INFINITY, f64::min),
+        eval.returns
+            .iter()
+            .cloned()
+            .fold(f64::NEG_INFINITY, f64::max),
+    );
+    println!(
+        "episode lengths: mean {:.1}; {} env steps in {:.2}s ({:.0} steps/s)",
+        eval.mean_length(),
+        eval.env_steps,
+        secs,
+        eval.env_steps as f64 / secs.max(1e-9)
+    );
+    Ok(())
+}
+
+fn run_play(config_args: &ConfigArgs, args: PlayArgs) -> Result<()> {
+    use std::io::{BufRead, Write};
+    let mut agent = load_agent("play", config_args, &args.checkpoint, &Device::Cpu)?;
+    let name = agent.config().environment.env_name.clone();
+    let mut env = cumind_envs::make(&name)?;
+    if env.num_players() < 2 {
+        bail!("`play` is for two-player games; {name} has one player (use `cumind eval`)");
+    }
+    let human = if args.second { 1 } else { 0 };
+    let (mut observation, _) = env.reset(Some(0));
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    println!(
+        "{name}: you are player {human} ({})",
+        if human == 0 { "first" } else { "second" }
+    );
+    loop {
+        println!("{}", env.render());
+        let legal = env.legal_action_mask();
+        let mover = env.to_play();
+        let action = if mover == human {
+            print!("your move {:?}: ", env.legal_actions());
+            std::io::stdout().flush()?;
+            let Some(line) = lines.next() else {
+                println!("\nno more input: game abandoned");
+                return Ok(());
+            };
+            match line?.trim().parse::<usize>() {
+                Ok(a) => a,
+                Err(_) => {
+                    println!("not a number: enter one of {:?}", env.legal_actions());
+                    continue;
+                }
+            }
+        } else {
+            let a = agent.select_actions_masked(&[&observation], &[&legal], false)?[0];
+            println!("agent plays {a}");
+            a
+        };
+        match env.step(action) {
+            Ok(step) => {
+                observation = step.observation;
+                if step.terminated || step.truncated {
+                    println!("{}", env.render());
+                    let result = match step.info.get("winner").copied() {
+                        Some(w) if w as usize == human && w >= 0.0 => "you win",
+                        Some(w) if w >= 0.0 => "the agent wins",
+                        _ => "draw",
+                    };
+                    println!("game over: {result}");
+                    return Ok(());
+                }
+            }
+            // Illegal human input: say why and ask again (the game is unchanged).
+            Err(err) if mover == human => println!("{err}"),
+            Err(err) => return Err(err.into()),
+        }
+    }
+}
+
+fn run_benchmark(config_args: &ConfigArgs, args: BenchmarkArgs) -> Result<()> {
+    let extra = dedicated_flags(
+        config_args,
+        &[("--device", "device.device_type", args.device.clone())],
+    )?;
+    let config = config_args.load_with(extra)?;
+    let explicit = explicit_keys(config_args)?;
+    for key in &explicit {
+        if !is_read_by(key, BENCHMARK_READS) {
+            let hint = match key.as_str() {
+                "device.num_devices" => " (use benchmark --num-devices)",
+                "data_types.model_dtype" => " (use benchmark --dtypes)",
+                "environment.num_envs" => " (use benchmark --batch-sizes)",
+                _ => "",
+            };
+            eprintln!("warning: `{key}` has no effect on `benchmark`{hint}");
+        }
+    }
+    warn_ignored_keys(&config, &explicit)?;
+    set_thread_count(&config);
+    let devices = open_devices(config.device.device_type, args.num_devices)?;
+    let dtypes = args
+        .dtypes
+        .iter()
+        .map(|d| cumind::benchmark::parse_dtype(d).map_err(anyhow::Error::msg))
+        .collect::<Result<Vec<_>>>()?;
+    if args.batch_sizes.is_empty() || args.batch_sizes.contains(&0) {
+        bail!("--batch-sizes must list sizes of at least 1");
+    }
+    let plan = cumind::benchmark::BenchmarkPlan {
+        dtypes,
+        batch_sizes: args.batch_sizes.clone(),
+        repetitions: args.repetitions.max(1),
+        warmup: args.warmup,
+        training: !args.no_training,
+        devices,
+    };
+    let report = cumind::benchmark::measure(&config, &plan)?;
+    println!("{}", report.table());
+    let json = serde_json::to_string_pretty(&report)?;
+    std::fs::write(&args.out, json)
+        .with_context(|| format!("cannot write {}", args.out.display()))?;
+    println!("results written to {}", args.out.display());
+    Ok(())
+}
