@@ -385,17 +385,7 @@ mod tests {
     }
 
     fn spec() -> NetworkSpec {
-        NetworkSpec {
-            observation_shape: vec![4],
-            num_actions: 2,
-            hidden_dim: 8,
-            latent_dim: 4,
-            num_blocks: 0,
-            conv_channels: 4,
-            force_mlp: false,
-            value_support: crate::support::Support::symmetric(3),
-            reward_support: crate::support::Support::symmetric(1),
-        }
+        crate::testing::specs::tiny_spec(vec![4], 2)
     }
 
     fn tensors(seed: f32) -> HashMap<String, Tensor> {

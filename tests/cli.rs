@@ -5,7 +5,9 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{cumind, latest_metadata, preset, run_in_place, sets, text, Watched};
+use common::{
+    assert_fails_with, cumind, latest_metadata, preset, run_in_place, sets, text, Watched,
+};
 
 fn catch_preset() -> String {
     preset("catch.json")
@@ -58,12 +60,7 @@ fn invalid_configuration_fails_with_the_key_named() {
         .args(["config", "--set", "mcts.num_simulations=0"])
         .output()
         .unwrap();
-    assert!(!out.status.success());
-    assert!(
-        text(&out).contains("mcts.num_simulations"),
-        "{}",
-        text(&out)
-    );
+    assert_fails_with(&out, "mcts.num_simulations");
     std::fs::write(
         dir.path().join("bad.json"),
         "{\"Training\": {\"batch_size\": 3,}}",
@@ -73,14 +70,12 @@ fn invalid_configuration_fails_with_the_key_named() {
         .args(["--config", "bad.json", "train"])
         .output()
         .unwrap();
-    assert!(!out.status.success());
-    assert!(text(&out).contains("bad.json"), "{}", text(&out));
+    assert_fails_with(&out, "bad.json");
     let out = cumind(dir.path())
         .args(["train", "--device", "cuda"])
         .output()
         .unwrap();
-    assert!(!out.status.success());
-    assert!(text(&out).contains("cuda"), "{}", text(&out));
+    assert_fails_with(&out, "cuda");
 }
 
 #[test]
@@ -160,18 +155,12 @@ fn train_eval_resume_and_corruption() {
         .args(["eval", "--checkpoint", "ckpt/catch"])
         .output()
         .unwrap();
-    assert!(!out.status.success());
-    assert!(text(&out).contains("model.safetensors"), "{}", text(&out));
+    assert_fails_with(&out, "model.safetensors");
     let out = cumind(dir.path())
         .args(["eval", "--checkpoint", "nowhere"])
         .output()
         .unwrap();
-    assert!(!out.status.success());
-    assert!(
-        text(&out).contains("no checkpoint at nowhere"),
-        "{}",
-        text(&out)
-    );
+    assert_fails_with(&out, "no checkpoint at nowhere");
 }
 
 #[test]

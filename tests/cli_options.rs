@@ -6,7 +6,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{cumind, latest_metadata, preset, text};
+use common::{assert_fails_with, cumind, latest_metadata, preset, text};
 
 /// `cumind <args>` must succeed; its stdout parsed as the printed configuration.
 fn config_of(dir: &Path, args: &[&str]) -> serde_json::Value {
@@ -204,24 +204,14 @@ fn issue_7_train_stores_every_set_from_both_sides() {
         .args(["eval", "--checkpoint", "ckpt/both", "--config", &catch])
         .output()
         .unwrap();
-    assert!(!out.status.success());
-    assert!(
-        text(&out).contains("does not take --config"),
-        "{}",
-        text(&out)
-    );
+    assert_fails_with(&out, "does not take --config");
     // An invalid search value is still an error naming the key.
     let out = cumind(d)
         .args(["eval", "--checkpoint", "ckpt/both"])
         .args(["--set", "mcts.num_simulations=0"])
         .output()
         .unwrap();
-    assert!(!out.status.success());
-    assert!(
-        text(&out).contains("mcts.num_simulations"),
-        "{}",
-        text(&out)
-    );
+    assert_fails_with(&out, "mcts.num_simulations");
 }
 
 #[test]

@@ -61,27 +61,7 @@ fn synchronous_training_is_reproducible_for_a_seed() {
         "training.eval_interval=0",
         "memory.min_memory_size=100",
     ]);
-    let run = |config: &Config| {
-        let mut sink = MemorySink::default();
-        let summary = train(config, &[Device::Cpu], &options(), &mut sink).unwrap();
-        let weights: Vec<Vec<f32>> = summary
-            .network
-            .params()
-            .named()
-            .map(|(_, v)| {
-                v.as_tensor()
-                    .flatten_all()
-                    .unwrap()
-                    .to_vec1::<f32>()
-                    .unwrap()
-            })
-            .collect();
-        (
-            summary.counters.training_steps,
-            weights,
-            sink.series["episode/return"].clone(),
-        )
-    };
+    let run = fingerprint;
     let (steps_a, weights_a, returns_a) = run(&config);
     let (steps_b, weights_b, returns_b) = run(&config);
     assert!(steps_a > 50);

@@ -339,9 +339,7 @@ fn average_gradients(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::network::NetworkSpec;
     use crate::replay::{GameHistory, ReplayBuffer, ReplayConfig};
-    use crate::support::Support;
     use crate::train::optimizer::{AdamWConfig, LrSchedule};
     use candle_core::DType;
     use rand::{Rng, SeedableRng};
@@ -369,17 +367,7 @@ mod tests {
     }
 
     fn network() -> MuZeroNetwork {
-        let spec = NetworkSpec {
-            observation_shape: vec![4],
-            num_actions: 2,
-            hidden_dim: 16,
-            latent_dim: 8,
-            num_blocks: 1,
-            conv_channels: 4,
-            force_mlp: false,
-            value_support: Support::symmetric(5),
-            reward_support: Support::symmetric(2),
-        };
+        let spec = crate::testing::specs::tiny_spec(vec![4], 2);
         MuZeroNetwork::new(spec, 11, &Device::Cpu, DType::F32).unwrap()
     }
 

@@ -118,23 +118,12 @@ mod tests {
     use super::*;
     use crate::network::NetworkSpec;
     use crate::replay::{ReplayBuffer, ReplayConfig};
-    use crate::support::Support;
     use crate::testing::games::RandomGame;
     use candle_core::Device;
     use rand::SeedableRng;
 
     fn spec() -> NetworkSpec {
-        NetworkSpec {
-            observation_shape: vec![4],
-            num_actions: 3,
-            hidden_dim: 16,
-            latent_dim: 8,
-            num_blocks: 1,
-            conv_channels: 4,
-            force_mlp: false,
-            value_support: Support::symmetric(5),
-            reward_support: Support::symmetric(2),
-        }
+        crate::testing::specs::tiny_spec(vec![4], 3)
     }
 
     /// A buffer of random games with non-trivial rewards, values and policies.

@@ -30,6 +30,16 @@ pub fn text(out: &Output) -> String {
     )
 }
 
+/// The command failed and said `needle` (stdout or stderr).
+pub fn assert_fails_with(out: &Output, needle: &str) {
+    let t = text(out);
+    assert!(
+        !out.status.success(),
+        "succeeded, expected an error with {needle:?}:\n{t}"
+    );
+    assert!(t.contains(needle), "expected {needle:?} in:\n{t}");
+}
+
 /// The path of a preset in agents/.
 pub fn preset(name: &str) -> String {
     format!("{}/agents/{name}", env!("CARGO_MANIFEST_DIR"))
