@@ -64,7 +64,9 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Load the latest checkpoint of a run directory (or a `step-*` directory) on the CPU.
+    /// Load the latest checkpoint of a run directory (or a `step-*` directory) onto the CPU,
+    /// whatever device it was trained on. [`Agent::load_on`] takes the device (for example a
+    /// `Device::new_cuda(0)?` in a `cuda` build); the library never picks a GPU by itself.
     pub fn load(dir: impl AsRef<Path>) -> Result<Self, AgentError> {
         Self::load_on(dir, &Device::Cpu)
     }
