@@ -8,9 +8,16 @@
 //! <run>/latest          -> "step-000001234"
 //! ```
 //! Every checkpoint is written into a temporary directory that is renamed into place, and
-//! `latest` is replaced by rename, so a crash at any moment leaves the previous checkpoint
-//! intact. Each file's size and CRC-32 are recorded in metadata.json and checked on load, so a
-//! truncated or corrupted file is an error that names it.
+//! `latest` is replaced by rename, so a crash or a failed write at any moment leaves the
+//! previous checkpoint intact and `latest` pointing at it; a failed save removes its temporary
+//! directory and names the file and the cause. Old step directories are pruned only after the
+//! new one is in place. Each file's size and CRC-32 are recorded in metadata.json and checked on
+//! load, so a truncated or corrupted file is an error that names it.
+//!
+//! A run directory whose `latest` is missing, unreadable or points at a directory without
+//! metadata resolves to its newest complete step directory instead ([`resolve`]);
+//! [`latest_problem`] says what was wrong, for the caller to warn about. A damaged file inside
+//! the checkpoint `latest` names is an error naming that file, not a silent fallback.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -151,23 +158,61 @@ fn save_tensors(map: &HashMap<String, Tensor>, path: &Path) -> Result<(), Checkp
         .iter()
         .map(|(k, t)| Ok((k.clone(), t.to_device(&Device::Cpu)?.contiguous()?)))
         .collect::<Result<_, candle_core::Error>>()?;
-    candle_core::safetensors::save(&cpu, path)?;
+    candle_core::safetensors::save(&cpu, path).map_err(|e| match e {
+        candle_core::Error::Io(error) => CheckpointError::Io {
+            path: path.display().to_string(),
+            error,
+        },
+        other => CheckpointError::Corrupt {
+            path: path.display().to_string(),
+            reason: format!("cannot write the tensors: {other}"),
+        },
+    })?;
     std::fs::File::open(path)
         .and_then(|f| f.sync_all())
         .map_err(io_err(path))
 }
 
 /// Write a checkpoint for `data` under `run_dir` atomically and point `latest` at it.
-/// Returns the step directory.
+/// Returns the step directory. On failure the temporary directory is removed and `latest`
+/// still names the previous checkpoint.
 pub fn save(run_dir: &Path, data: &CheckpointData) -> Result<PathBuf, CheckpointError> {
     std::fs::create_dir_all(run_dir).map_err(io_err(run_dir))?;
+    remove_stale_temporaries(run_dir);
     let name = format!("step-{:010}", data.counters.training_steps);
-    let final_dir = run_dir.join(&name);
     let tmp = run_dir.join(format!(".tmp-{name}-{}", std::process::id()));
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
     }
     std::fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
+    let result = write_step(run_dir, &tmp, &name, data);
+    if result.is_err() {
+        let _ignored_best_effort = std::fs::remove_dir_all(&tmp);
+    }
+    result
+}
+
+/// Remove `.tmp-*` directories left by saves that were killed (best effort: a failure here
+/// only leaves disk space in use).
+fn remove_stale_temporaries(run_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(run_dir) else {
+        return;
+    };
+    for entry in entries.filter_map(|e| e.ok()) {
+        if entry.file_name().to_string_lossy().starts_with(".tmp-") {
+            let _ignored_best_effort = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Fill `tmp`, rename it to `run_dir/name`, point `latest` at it, prune old checkpoints.
+fn write_step(
+    run_dir: &Path,
+    tmp: &Path,
+    name: &str,
+    data: &CheckpointData,
+) -> Result<PathBuf, CheckpointError> {
+    let final_dir = run_dir.join(name);
 
     save_tensors(&data.model, &tmp.join(MODEL))?;
     save_tensors(&data.target, &tmp.join(TARGET))?;
@@ -207,7 +252,7 @@ pub fn save(run_dir: &Path, data: &CheckpointData) -> Result<PathBuf, Checkpoint
     if final_dir.exists() {
         std::fs::remove_dir_all(&final_dir).map_err(io_err(&final_dir))?;
     }
-    std::fs::rename(&tmp, &final_dir).map_err(io_err(&final_dir))?;
+    std::fs::rename(tmp, &final_dir).map_err(io_err(&final_dir))?;
     let latest_tmp = run_dir.join(format!(".{LATEST}.tmp"));
     write_synced(&latest_tmp, name.as_bytes())?;
     std::fs::rename(&latest_tmp, run_dir.join(LATEST)).map_err(io_err(run_dir))?;
@@ -237,30 +282,118 @@ fn prune(run_dir: &Path) -> Result<(), CheckpointError> {
 }
 
 /// The step directory `path` names: itself if it holds metadata.json, else the one its
-/// `latest` file points at.
+/// `latest` file points at, else (when `latest` is missing, unreadable or points at an
+/// incomplete directory) the newest complete step directory of the run.
 pub fn resolve(path: &Path) -> Result<PathBuf, CheckpointError> {
     if path.join(METADATA).is_file() {
         return Ok(path.to_path_buf());
     }
-    let latest = path.join(LATEST);
-    if latest.is_file() {
-        let name = std::fs::read_to_string(&latest).map_err(io_err(&latest))?;
-        let dir = path.join(name.trim());
-        if dir.join(METADATA).is_file() {
-            return Ok(dir);
-        }
-        return Err(CheckpointError::MissingFile {
-            path: dir.join(METADATA).display().to_string(),
-        });
+    match latest_target(path) {
+        Ok(dir) => Ok(dir),
+        Err(problem) => newest_complete_step(path).ok_or(match problem {
+            LatestProblem::Missing => CheckpointError::NotFound {
+                path: path.display().to_string(),
+            },
+            LatestProblem::Unreadable(reason) | LatestProblem::Incomplete(reason) => {
+                CheckpointError::Corrupt {
+                    path: path.join(LATEST).display().to_string(),
+                    reason: format!("{reason}, and no complete step directory is left"),
+                }
+            }
+        }),
     }
-    Err(CheckpointError::NotFound {
-        path: path.display().to_string(),
+}
+
+/// Why a run directory's `latest` is not used, when [`resolve`] falls back to the newest
+/// complete step directory: a line to warn with. `None` when `latest` is fine, or when `path`
+/// is a step directory or holds no checkpoint at all.
+pub fn latest_problem(path: &Path) -> Option<String> {
+    if path.join(METADATA).is_file() {
+        return None;
+    }
+    let problem = latest_target(path).err()?;
+    let fallback = newest_complete_step(path)?;
+    let what = match problem {
+        LatestProblem::Missing => format!("{} is missing", path.join(LATEST).display()),
+        LatestProblem::Unreadable(reason) | LatestProblem::Incomplete(reason) => reason,
+    };
+    Some(format!(
+        "{what}; using the newest complete checkpoint, {}",
+        fallback.display()
+    ))
+}
+
+enum LatestProblem {
+    Missing,
+    Unreadable(String),
+    Incomplete(String),
+}
+
+/// The complete step directory `latest` names.
+fn latest_target(run_dir: &Path) -> Result<PathBuf, LatestProblem> {
+    let latest = run_dir.join(LATEST);
+    if !latest.exists() {
+        return Err(LatestProblem::Missing);
+    }
+    let name = std::fs::read_to_string(&latest).map_err(|e| {
+        LatestProblem::Unreadable(format!("{} is unreadable: {e}", latest.display()))
+    })?;
+    let name = name.trim();
+    let valid = name.starts_with("step-") && !name.contains(['/', '\\']);
+    let dir = run_dir.join(name);
+    if !valid {
+        return Err(LatestProblem::Unreadable(format!(
+            "{} does not name a step directory (it holds {:?})",
+            latest.display(),
+            name.chars().take(40).collect::<String>()
+        )));
+    }
+    // A damaged file inside the directory is reported when it is loaded (naming the file); a
+    // directory without its metadata was never completed here.
+    if !dir.join(METADATA).is_file() {
+        return Err(LatestProblem::Incomplete(format!(
+            "{} points at {}, which is not a complete checkpoint",
+            latest.display(),
+            dir.display()
+        )));
+    }
+    Ok(dir)
+}
+
+/// A step directory whose metadata parses and whose recorded files are all present with their
+/// recorded sizes (contents are checked against their CRC-32 when loaded).
+fn is_complete(dir: &Path) -> bool {
+    let Ok((_, meta)) = read_metadata(dir) else {
+        return false;
+    };
+    meta.files.iter().all(|(file, digest)| {
+        std::fs::metadata(dir.join(file)).is_ok_and(|m| m.len() == digest.bytes)
     })
+}
+
+/// The newest complete `step-*` directory of `run_dir`.
+fn newest_complete_step(run_dir: &Path) -> Option<PathBuf> {
+    let mut steps: Vec<PathBuf> = std::fs::read_dir(run_dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("step-"))
+        })
+        .collect();
+    steps.sort();
+    steps.into_iter().rev().find(|dir| is_complete(dir))
 }
 
 /// Read and verify the metadata of the checkpoint at `path` (step or run directory).
 pub fn load_metadata(path: &Path) -> Result<(PathBuf, Metadata), CheckpointError> {
-    let dir = resolve(path)?;
+    read_metadata(&resolve(path)?)
+}
+
+/// Read and verify the metadata of the step directory `dir`.
+fn read_metadata(dir: &Path) -> Result<(PathBuf, Metadata), CheckpointError> {
+    let dir = dir.to_path_buf();
     let meta_path = dir.join(METADATA);
     let text = std::fs::read(&meta_path).map_err(io_err(&meta_path))?;
     let value: serde_json::Value =
@@ -531,5 +664,87 @@ mod tests {
         std::fs::write(step_dir.join(METADATA), "{\"format_version\": 99}").unwrap();
         let err = load(dir.path(), &Device::Cpu).err().unwrap().to_string();
         assert!(err.contains("format version 99"), "{err}");
+    }
+
+    #[test]
+    fn a_damaged_or_missing_latest_falls_back_to_the_newest_complete_step() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), 1, &replay());
+        let newest = write(dir.path(), 2, &replay());
+        assert_eq!(latest_problem(dir.path()), None);
+        let latest = dir.path().join(LATEST);
+        for damage in ["", "\u{0}\u{0}garbage", "step-0000000009", "../elsewhere"] {
+            std::fs::write(&latest, damage).unwrap();
+            assert_eq!(resolve(dir.path()).unwrap(), newest, "latest = {damage:?}");
+            let warning = latest_problem(dir.path()).unwrap();
+            assert!(warning.contains("step-0000000002"), "{warning}");
+            assert_eq!(load(dir.path(), &Device::Cpu).unwrap().dir, newest);
+        }
+        std::fs::remove_file(&latest).unwrap();
+        assert_eq!(resolve(dir.path()).unwrap(), newest);
+        assert!(latest_problem(dir.path()).unwrap().contains("missing"));
+    }
+
+    #[test]
+    fn an_incomplete_newest_step_is_skipped_and_stale_temporaries_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = write(dir.path(), 1, &replay());
+        // What a save killed halfway (or a disk that filled up) could leave behind: a
+        // temporary directory, and a step directory whose files are not all there.
+        let stale = dir.path().join(".tmp-step-0000000002-12345");
+        std::fs::create_dir_all(&stale).unwrap();
+        std::fs::write(stale.join(MODEL), b"partial").unwrap();
+        let broken = dir.path().join("step-0000000002");
+        std::fs::create_dir_all(&broken).unwrap();
+        std::fs::copy(good.join(METADATA), broken.join(METADATA)).unwrap();
+        std::fs::write(dir.path().join(LATEST), "step-0000000002").unwrap();
+        // `latest` names a directory with metadata: a damaged checkpoint, reported by file.
+        let err = load(dir.path(), &Device::Cpu).err().unwrap().to_string();
+        assert!(err.contains("step-0000000002"), "{err}");
+        // Without its metadata it is incomplete, and the run falls back to the good one.
+        std::fs::remove_file(broken.join(METADATA)).unwrap();
+        assert_eq!(resolve(dir.path()).unwrap(), good);
+        // The next save cleans up the temporary directory.
+        write(dir.path(), 3, &replay());
+        assert!(!stale.exists());
+    }
+
+    #[test]
+    fn a_failed_save_keeps_latest_and_names_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), 1, &replay());
+        // The step directory's name is taken by a file: the rename into place fails.
+        std::fs::write(dir.path().join("step-0000000002"), b"in the way").unwrap();
+        let cfg = config();
+        let s = spec();
+        let r = replay();
+        let err = save(
+            dir.path(),
+            &CheckpointData {
+                config: &cfg,
+                network: &s,
+                counters: Counters {
+                    training_steps: 2,
+                    ..Default::default()
+                },
+                model: HashMap::new(),
+                target: HashMap::new(),
+                optimizer: HashMap::new(),
+                optimizer_step: 0,
+                replay: Some(&r),
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("step-0000000002"), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(LATEST)).unwrap(),
+            "step-0000000001"
+        );
+        assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with(".tmp")));
     }
 }

@@ -91,6 +91,9 @@ pub fn load_agent(
             None => {}
         }
     }
+    if let Some(problem) = cumind::checkpoint::latest_problem(checkpoint) {
+        eprintln!("warning: {problem}");
+    }
     let mut agent = cumind::agent::Agent::load_on(checkpoint, device)?;
     if !config_args.sets.is_empty() || !env_vars.is_empty() {
         let sources = ConfigSources {

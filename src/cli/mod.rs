@@ -133,14 +133,21 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
+        // SIGINT (Ctrl-C), SIGTERM (schedulers, containers, systemd) and SIGHUP all stop the
+        // run the same way (ctrlc's `termination` feature).
         ctrlc::set_handler(move || {
             if stop.swap(true, Ordering::SeqCst) {
-                eprintln!("second Ctrl-C: exiting without a checkpoint");
+                eprintln!(
+                    "second stop signal: exiting now; the last complete checkpoint stays the latest"
+                );
                 std::process::exit(130);
             }
-            eprintln!("Ctrl-C: saving a checkpoint before exiting (press again to abort)");
+            eprintln!(
+                "stop signal (SIGINT, SIGTERM or SIGHUP): finishing the current step and saving a \
+                 checkpoint (send another to exit at once)"
+            );
         })
-        .context("cannot install the Ctrl-C handler")?;
+        .context("cannot install the signal handler")?;
     }
     let run_name_hint = cumind::trainer::planned_run_name(&config, args.resume.as_deref())?;
     let options = RunOptions {
@@ -181,8 +188,12 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
             .unwrap_or_default()
     );
     println!(
-        "time: self-play {:.1}s, training {:.1}s, evaluation {:.1}s",
-        summary.timing.self_play, summary.timing.training, summary.timing.evaluation
+        "time: self-play {:.1}s, training {:.1}s, evaluation {:.1}s, checkpoints {:.1}s (last save {:.2}s)",
+        summary.timing.self_play,
+        summary.timing.training,
+        summary.timing.evaluation,
+        summary.timing.checkpoints,
+        summary.timing.last_save
     );
     println!("checkpoint: {}", summary.run_dir.display());
     Ok(())

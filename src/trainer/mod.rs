@@ -89,6 +89,10 @@ pub struct Timing {
     pub self_play: f64,
     pub training: f64,
     pub evaluation: f64,
+    /// Writing checkpoints, in total.
+    pub checkpoints: f64,
+    /// The last checkpoint save alone.
+    pub last_save: f64,
 }
 
 /// The run's name: the resumed run's directory name, else `other.run_name`, else the
@@ -126,6 +130,13 @@ pub fn train(
 ) -> Result<RunSummary> {
     if devices.is_empty() {
         return Err(TrainError::NoDevice);
+    }
+    if let Some(problem) = options
+        .resume
+        .as_deref()
+        .and_then(checkpoint::latest_problem)
+    {
+        sink.log(&format!("warning: {problem}"));
     }
     let mut run = TrainingRun::start(config, devices, options)?;
     let result = run.main_loop(options, sink);
@@ -228,7 +239,8 @@ impl<'a> TrainingRun<'a> {
         })
     }
 
-    fn save_checkpoint(&self) -> Result<PathBuf> {
+    fn save_checkpoint(&mut self) -> Result<PathBuf> {
+        let clock = Instant::now();
         let (optimizer, optimizer_step) = self.learner.optimizer().state();
         let data = CheckpointData {
             config: self.config,
@@ -240,7 +252,10 @@ impl<'a> TrainingRun<'a> {
             optimizer_step,
             replay: Some(&self.replay),
         };
-        Ok(checkpoint::save(&self.run_dir, &data)?)
+        let dir = checkpoint::save(&self.run_dir, &data)?;
+        self.timing.last_save = clock.elapsed().as_secs_f64();
+        self.timing.checkpoints += self.timing.last_save;
+        Ok(dir)
     }
 
     fn main_loop(&mut self, options: &RunOptions, sink: &mut dyn MetricSink) -> Result<String> {

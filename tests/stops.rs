@@ -1,0 +1,164 @@
+//! Issue 13: stops that lose nothing. SIGTERM and SIGHUP save like Ctrl-C; a write that fails
+//! part-way keeps the last good checkpoint; a damaged `latest` falls back to the newest complete
+//! checkpoint. Each case then resumes from the checkpoint that survived.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{cumind, latest_metadata, preset, run_in_place, sets, text, Watched};
+
+/// Environment and training steps stored in the latest checkpoint of `run`.
+fn counters(run: &Path) -> (u64, u64) {
+    let meta = latest_metadata(run);
+    (
+        meta["counters"]["env_steps"].as_u64().unwrap(),
+        meta["counters"]["training_steps"].as_u64().unwrap(),
+    )
+}
+
+/// Resume `run_name` in `dir` with an environment-step budget of `budget`; must succeed.
+fn resume(dir: &Path, run_name: &str, budget: u64) -> String {
+    let out = cumind(dir)
+        .args(sets(&[&format!("training.max_env_steps={budget}")]))
+        .args([
+            "train",
+            "--no-progress",
+            "--resume",
+            &format!("ckpt/{run_name}"),
+        ])
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains(&format!("{budget} env steps")), "{t}");
+    t
+}
+
+#[test]
+fn issue_13_sigterm_and_sighup_save_like_ctrl_c_and_the_run_resumes() {
+    for signal in ["TERM", "HUP"] {
+        let dir = tempfile::tempdir().unwrap();
+        let name = format!("sig{signal}");
+        let mut cmd = cumind(dir.path());
+        cmd.args(["--config", &preset("catch.json")])
+            .args(run_in_place(&name))
+            .args(sets(&[
+                "training.checkpoint_interval=100000",
+                "training.max_env_steps=10000000",
+                "training.eval_interval=320",
+                "training.eval_episodes=2",
+            ]))
+            .args(["train", "--no-progress"]);
+        let mut run = Watched::spawn(cmd);
+        run.wait_for_line("eval @ 640 env steps", Duration::from_secs(300));
+        let sent = Command::new("kill")
+            .args([&format!("-{signal}"), &run.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let (status, t) = run.finish();
+        assert!(status.success(), "SIG{signal}: {t}");
+        assert!(t.contains("stopped: interrupted"), "SIG{signal}: {t}");
+        let run_dir = dir.path().join("ckpt").join(&name);
+        let (env_steps, training_steps) = counters(&run_dir);
+        assert!(env_steps >= 640 && training_steps > 0, "SIG{signal}");
+
+        // The resumed run starts from those counters and goes on.
+        resume(dir.path(), &name, env_steps + 64);
+        let (env_after, training_after) = counters(&run_dir);
+        assert_eq!(env_after, env_steps + 64);
+        assert!(training_after > training_steps);
+    }
+}
+
+#[test]
+fn issue_13_a_write_that_fails_part_way_keeps_the_last_good_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    // Files may grow to 120 KiB: the first checkpoints fit, and replay.json outgrows the limit
+    // as the buffer fills. SIGXFSZ is ignored, so the write fails with EFBIG instead of
+    // killing the process.
+    let cumind_args = [
+        vec!["--config".to_string(), preset("catch.json")],
+        run_in_place("limited"),
+        sets(&[
+            "training.checkpoint_interval=25",
+            "training.max_env_steps=4000",
+        ]),
+        vec!["train".into(), "--no-progress".into()],
+    ]
+    .concat();
+    let script = format!(
+        "trap '' XFSZ; ulimit -f 120; exec \"$0\" {}",
+        cumind_args
+            .iter()
+            .map(|a| format!("'{a}'"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let mut cmd = Command::new("bash");
+    cmd.current_dir(dir.path())
+        .env("RAYON_NUM_THREADS", "1")
+        .args(["-c", &script, env!("CARGO_BIN_EXE_cumind")]);
+    let out = cmd.output().unwrap();
+    let t = text(&out);
+    assert!(
+        !out.status.success(),
+        "the size limit was never reached:\n{t}"
+    );
+    assert!(
+        t.contains("replay.json") && t.contains("File too large"),
+        "the error must name the file and the cause:\n{t}"
+    );
+
+    // The last good checkpoint loads, no temporary directory is left, and training resumes.
+    let run_dir = dir.path().join("ckpt/limited");
+    let (env_steps, training_steps) = counters(&run_dir);
+    assert!(training_steps >= 25, "{t}");
+    assert!(std::fs::read_dir(&run_dir).unwrap().all(|e| !e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .starts_with(".tmp")));
+    let out = cumind(dir.path())
+        .args(["eval", "--checkpoint", "ckpt/limited", "--episodes", "2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    resume(dir.path(), "limited", env_steps + 64);
+}
+
+#[test]
+fn issue_13_a_damaged_latest_falls_back_to_the_newest_complete_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = cumind(dir.path())
+        .args(["--config", &preset("catch.json")])
+        .args(run_in_place("damaged"))
+        .args(sets(&[
+            "training.checkpoint_interval=50",
+            "training.max_env_steps=640",
+        ]))
+        .args(["train", "--no-progress"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let run_dir = dir.path().join("ckpt/damaged");
+    let (env_steps, _) = counters(&run_dir);
+    let newest = std::fs::read_to_string(run_dir.join("latest")).unwrap();
+    std::fs::write(run_dir.join("latest"), "\0\0 not a step").unwrap();
+
+    let out = cumind(dir.path())
+        .args(["eval", "--checkpoint", "ckpt/damaged", "--episodes", "2"])
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        t.contains("warning") && t.contains(newest.trim()),
+        "the fallback must be announced with the directory it uses:\n{t}"
+    );
+    let t = resume(dir.path(), "damaged", env_steps + 64);
+    assert!(t.contains("warning"), "{t}");
+}
