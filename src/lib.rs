@@ -25,6 +25,7 @@ pub mod error_chain;
 pub mod metrics;
 pub mod model;
 pub mod network;
+pub mod plot;
 pub mod replay;
 pub mod search;
 pub mod selfplay;

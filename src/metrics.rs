@@ -91,6 +91,66 @@ impl MetricSink for TensorBoardSink {
     }
 }
 
+/// Scalars as CSV lines `tag,step,value` in one file per run (appended to on resume), for
+/// `cumind plot` and for anyone without TensorBoard. Write errors are counted, not fatal: the
+/// run matters more than its curves.
+pub struct CsvSink {
+    writer: std::io::BufWriter<std::fs::File>,
+    path: PathBuf,
+    failed_writes: u64,
+}
+
+/// The CSV file a run's scalars go to, inside its log directory.
+pub const METRICS_CSV: &str = "metrics.csv";
+
+impl CsvSink {
+    /// Append to `dir/metrics.csv`, writing the header if the file is new.
+    pub fn new(dir: &Path) -> std::io::Result<Self> {
+        use std::io::Write;
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join(METRICS_CSV);
+        let fresh = !path.exists();
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)?;
+        let mut writer = std::io::BufWriter::new(file);
+        if fresh {
+            writeln!(writer, "tag,step,value")?;
+        }
+        Ok(Self {
+            writer,
+            path,
+            failed_writes: 0,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Lines that could not be written.
+    pub fn failed_writes(&self) -> u64 {
+        self.failed_writes
+    }
+}
+
+impl MetricSink for CsvSink {
+    fn scalar(&mut self, tag: &str, value: f64, step: u64) {
+        use std::io::Write;
+        if writeln!(self.writer, "{tag},{step},{value}").is_err() {
+            self.failed_writes += 1;
+        }
+    }
+
+    fn flush(&mut self) {
+        use std::io::Write;
+        if self.writer.flush().is_err() {
+            self.failed_writes += 1;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,6 +163,26 @@ mod tests {
         sink.scalar("return", 9.0, 2);
         assert_eq!(sink.series["loss"], vec![(1, 2.0), (2, 1.0)]);
         assert_eq!(sink.series["return"], vec![(2, 9.0)]);
+    }
+
+    #[test]
+    fn csv_sink_appends_rows_under_one_header() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut sink = CsvSink::new(dir.path()).unwrap();
+            sink.scalar("loss/total", 1.5, 3);
+            sink.flush();
+        }
+        {
+            let mut sink = CsvSink::new(dir.path()).unwrap();
+            sink.scalar("eval/mean_return", -2.0, 40);
+            sink.flush();
+        }
+        let text = std::fs::read_to_string(dir.path().join(METRICS_CSV)).unwrap();
+        assert_eq!(
+            text,
+            "tag,step,value\nloss/total,3,1.5\neval/mean_return,40,-2\n"
+        );
     }
 
     #[test]

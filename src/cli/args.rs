@@ -57,6 +57,7 @@ impl Cli {
             Command::Eval(args) => &args.config,
             Command::Play(args) => &args.config,
             Command::Benchmark(args) => &args.config,
+            Command::Plot(args) => &args.config,
         };
         self.config.then(after)
     }
@@ -74,6 +75,25 @@ pub enum Command {
     Play(PlayArgs),
     /// Measure inference, search and training throughput per dtype and batch size.
     Benchmark(BenchmarkArgs),
+    /// Draw learning curves of one or more runs (their log directories) into a PNG.
+    Plot(PlotArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PlotArgs {
+    /// Not read: `plot` takes everything from the runs' metrics.csv files.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Run log directories (`<log_dir>/<run_name>`, holding metrics.csv).
+    #[arg(required = true, value_name = "RUN_DIR")]
+    pub runs: Vec<PathBuf>,
+    /// The PNG to write.
+    #[arg(long, default_value = "curves.png")]
+    pub out: PathBuf,
+    /// A TrueType font for the labels (default: the first found of DejaVu Sans, Liberation
+    /// Sans, FreeSans in the usual system folders).
+    #[arg(long, value_name = "PATH")]
+    pub font: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

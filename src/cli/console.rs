@@ -1,18 +1,21 @@
 //! What a training run reports, on a terminal.
 
-use cumind::metrics::{MetricSink, Progress, TensorBoardSink};
+use cumind::metrics::{CsvSink, MetricSink, Progress, TensorBoardSink};
 
-/// The training run's sink on a terminal: TensorBoard scalars, lines on stderr and an
-/// indicatif progress bar (lines are printed above the bar so it does not swallow them).
+/// The training run's sink on a terminal: TensorBoard scalars and the same scalars as CSV (for
+/// `cumind plot`), lines on stderr and an indicatif progress bar (lines are printed above the
+/// bar so it does not swallow them).
 pub struct ConsoleSink {
     tensorboard: TensorBoardSink,
+    csv: CsvSink,
     bar: Option<indicatif::ProgressBar>,
 }
 
 impl ConsoleSink {
-    pub fn new(tensorboard: TensorBoardSink, show_progress: bool) -> Self {
+    pub fn new(tensorboard: TensorBoardSink, csv: CsvSink, show_progress: bool) -> Self {
         Self {
             tensorboard,
+            csv,
             bar: show_progress.then(indicatif::ProgressBar::new_spinner),
         }
     }
@@ -21,13 +24,21 @@ impl ConsoleSink {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
         }
-        self.tensorboard.flush();
+        self.flush();
+        if self.csv.failed_writes() > 0 {
+            eprintln!(
+                "warning: {} lines could not be written to {}",
+                self.csv.failed_writes(),
+                self.csv.path().display()
+            );
+        }
     }
 }
 
 impl MetricSink for ConsoleSink {
     fn scalar(&mut self, tag: &str, value: f64, step: u64) {
         self.tensorboard.scalar(tag, value, step);
+        self.csv.scalar(tag, value, step);
     }
 
     fn log(&mut self, line: &str) {
@@ -64,5 +75,6 @@ impl MetricSink for ConsoleSink {
 
     fn flush(&mut self) {
         self.tensorboard.flush();
+        self.csv.flush();
     }
 }

@@ -23,7 +23,7 @@ mod console;
 mod input;
 
 pub use args::Cli;
-use args::{BenchmarkArgs, Command, ConfigArgs, EvalArgs, PlayArgs, TrainArgs};
+use args::{BenchmarkArgs, Command, ConfigArgs, EvalArgs, PlayArgs, PlotArgs, TrainArgs};
 use console::ConsoleSink;
 use input::{dedicated_flags, explicit_keys, load_agent, warn_ignored_keys};
 
@@ -93,6 +93,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Eval(args) => run_eval(&config_args, args),
         Command::Play(args) => run_play(&config_args, args),
         Command::Benchmark(args) => run_benchmark(&config_args, args),
+        Command::Plot(args) => run_plot(&config_args, args),
     }
 }
 
@@ -159,7 +160,9 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
     let log_dir = PathBuf::from(&config.other.log_dir).join(&run_name_hint);
     let tensorboard = TensorBoardSink::new(&log_dir)
         .with_context(|| format!("cannot create {}", log_dir.display()))?;
-    let mut sink = ConsoleSink::new(tensorboard, !args.no_progress);
+    let csv = cumind::metrics::CsvSink::new(&log_dir)
+        .with_context(|| format!("cannot create {}", log_dir.display()))?;
+    let mut sink = ConsoleSink::new(tensorboard, csv, !args.no_progress);
     eprintln!(
         "training {} on {} | logs: {} | checkpoints: {}",
         config.environment.env_name,
@@ -196,6 +199,14 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
         summary.timing.last_save
     );
     println!("checkpoint: {}", summary.run_dir.display());
+    // The run's learning curves beside its logs; a failure here costs only the picture.
+    let picture = log_dir.join("curves.png");
+    let drawn = cumind::plot::find_font()
+        .and_then(|font| cumind::plot::draw(&[cumind::plot::read_run(&log_dir)?], &picture, &font));
+    match drawn {
+        Ok(()) => println!("curves: {}", picture.display()),
+        Err(err) => eprintln!("warning: no curves.png: {err}"),
+    }
     Ok(())
 }
 
@@ -341,5 +352,23 @@ fn run_benchmark(config_args: &ConfigArgs, args: BenchmarkArgs) -> Result<()> {
     std::fs::write(&args.out, json)
         .with_context(|| format!("cannot write {}", args.out.display()))?;
     println!("results written to {}", args.out.display());
+    Ok(())
+}
+
+fn run_plot(config_args: &ConfigArgs, args: PlotArgs) -> Result<()> {
+    if !config_args.files.is_empty() || !config_args.sets.is_empty() {
+        bail!("`plot` reads only the runs' metrics.csv files; --config and --set would have no effect");
+    }
+    let runs = args
+        .runs
+        .iter()
+        .map(|dir| cumind::plot::read_run(dir))
+        .collect::<Result<Vec<_>, _>>()?;
+    let font = match &args.font {
+        Some(path) => path.clone(),
+        None => cumind::plot::find_font()?,
+    };
+    cumind::plot::draw(&runs, &args.out, &font)?;
+    println!("{} runs drawn into {}", runs.len(), args.out.display());
     Ok(())
 }

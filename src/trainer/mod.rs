@@ -355,6 +355,17 @@ impl<'a> TrainingRun<'a> {
                     self.replay.num_transitions() as f64,
                     self.counters.env_steps,
                 );
+                // The x axes of `cumind plot`: training steps and wall time per env step.
+                sink.scalar(
+                    "progress/training_steps",
+                    self.counters.training_steps as f64,
+                    self.counters.env_steps,
+                );
+                sink.scalar(
+                    "progress/elapsed_seconds",
+                    elapsed_before + segment_start.elapsed().as_secs_f64(),
+                    self.counters.env_steps,
+                );
                 sink.progress(&Progress {
                     max_env_steps: config.training.max_env_steps as u64,
                     episodes: self.counters.episodes,
@@ -415,6 +426,12 @@ impl<'a> TrainingRun<'a> {
         sink.scalar("eval/mean_return", mean_return, at);
         sink.scalar("eval/std_return", eval.std_return(), at);
         sink.scalar("eval/mean_length", eval.mean_length(), at);
+        sink.scalar("progress/elapsed_seconds", elapsed, at);
+        sink.scalar(
+            "progress/training_steps",
+            self.counters.training_steps as f64,
+            at,
+        );
         let best = self
             .counters
             .best_eval_return

@@ -1,0 +1,398 @@
+//! Learning curves as a PNG: evaluation return, training return and the total loss of one or
+//! more runs, against environment steps (top row) and wall time (bottom row).
+//!
+//! The curves come from each run's `metrics.csv` (written by [`crate::metrics::CsvSink`] in the
+//! run's log directory). Losses are logged per training step; the run's
+//! `progress/training_steps` and `progress/elapsed_seconds` series (logged per environment step)
+//! map every point to environment steps and wall time by linear interpolation.
+//!
+//! Text needs a TrueType font: plotters is built without fontconfig (no system library to
+//! install), so [`find_font`] looks in the usual places and `--font` names one explicitly.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+use thiserror::Error;
+
+use crate::metrics::METRICS_CSV;
+
+/// Errors of [`read_run`] and [`draw`].
+#[derive(Debug, Error)]
+pub enum PlotError {
+    #[error("cannot read {path}: {error}")]
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("{path} line {line}: expected `tag,step,value`, found {text:?}")]
+    Format {
+        path: PathBuf,
+        line: usize,
+        text: String,
+    },
+    #[error("{0}: no scalars to plot (is it a run's log directory, like runs/<name>?)")]
+    Empty(PathBuf),
+    #[error("no TrueType font found (looked for {0}); give one with --font PATH (any .ttf file)")]
+    NoFont(String),
+    #[error("cannot use the font {path}: {reason}")]
+    BadFont { path: PathBuf, reason: String },
+    #[error("cannot draw {path}: {reason}")]
+    Draw { path: PathBuf, reason: String },
+}
+
+/// One run's scalar series, `series[tag] = [(step, value)]` in logged order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunCurves {
+    /// The name shown in the legend (the run directory's name).
+    pub name: String,
+    pub series: BTreeMap<String, Vec<(f64, f64)>>,
+}
+
+/// Read `dir/metrics.csv`.
+pub fn read_run(dir: &Path) -> Result<RunCurves, PlotError> {
+    let path = dir.join(METRICS_CSV);
+    let text = std::fs::read_to_string(&path).map_err(|error| PlotError::Read {
+        path: path.clone(),
+        error,
+    })?;
+    let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for (i, line) in text.lines().enumerate().skip(1) {
+        let bad = || PlotError::Format {
+            path: path.clone(),
+            line: i + 1,
+            text: line.chars().take(80).collect(),
+        };
+        let mut parts = line.rsplitn(3, ',');
+        let value: f64 = parts.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+        let step: f64 = parts.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+        let tag = parts.next().ok_or_else(bad)?;
+        series
+            .entry(tag.to_string())
+            .or_default()
+            .push((step, value));
+    }
+    if series.is_empty() {
+        return Err(PlotError::Empty(dir.to_path_buf()));
+    }
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_else(|| dir.display().to_string());
+    Ok(RunCurves { name, series })
+}
+
+/// `y` at `x` on the piecewise-linear curve through `points` (sorted by x); clamped at the ends.
+fn interpolate(points: &[(f64, f64)], x: f64) -> Option<f64> {
+    let first = points.first()?;
+    let last = points.last()?;
+    if x <= first.0 {
+        return Some(first.1);
+    }
+    if x >= last.0 {
+        return Some(last.1);
+    }
+    let k = points.partition_point(|p| p.0 <= x);
+    let (a, b) = (points[k - 1], points[k]);
+    if b.0 == a.0 {
+        return Some(b.1);
+    }
+    Some(a.1 + (b.1 - a.1) * (x - a.0) / (b.0 - a.0))
+}
+
+/// The running mean of the last `window` values.
+fn running_mean(points: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
+    let mut out = Vec::with_capacity(points.len());
+    let mut sum = 0.0;
+    for (i, &(x, y)) in points.iter().enumerate() {
+        sum += y;
+        if i >= window {
+            sum -= points[i - window].1;
+        }
+        out.push((x, sum / (i + 1).min(window) as f64));
+    }
+    out
+}
+
+/// Points `(x, y)` of one curve.
+type Line = Vec<(f64, f64)>;
+
+/// One curve against environment steps and against wall seconds.
+struct TwoAxes {
+    by_steps: Line,
+    by_time: Line,
+}
+
+/// What one panel shows, one curve per run.
+struct Panel {
+    title: &'static str,
+    per_run: Vec<TwoAxes>,
+}
+
+impl RunCurves {
+    fn get(&self, tag: &str) -> &[(f64, f64)] {
+        self.series.get(tag).map_or(&[], Vec::as_slice)
+    }
+
+    /// `points` (x = env steps) and the same against wall seconds.
+    fn by_env_steps(&self, points: Line) -> TwoAxes {
+        let clock = sorted(self.get("progress/elapsed_seconds"));
+        let by_time = points
+            .iter()
+            .filter_map(|&(x, y)| Some((interpolate(&clock, x)?, y)))
+            .collect();
+        TwoAxes {
+            by_steps: points,
+            by_time,
+        }
+    }
+
+    /// `points` logged per training step, mapped to env steps, and against wall seconds.
+    fn by_training_steps(&self, points: &[(f64, f64)]) -> TwoAxes {
+        // progress/training_steps is (env step, training steps): invert it.
+        let inverse: Vec<(f64, f64)> = sorted(self.get("progress/training_steps"))
+            .into_iter()
+            .map(|(env, train)| (train, env))
+            .collect();
+        let at_env = points
+            .iter()
+            .filter_map(|&(t, y)| Some((interpolate(&inverse, t)?, y)))
+            .collect();
+        self.by_env_steps(at_env)
+    }
+}
+
+fn sorted(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut p = points.to_vec();
+    p.sort_by(|a, b| a.0.total_cmp(&b.0));
+    p
+}
+
+fn panels(runs: &[RunCurves]) -> Vec<Panel> {
+    let mut eval = Panel {
+        title: "evaluation mean return",
+        per_run: Vec::new(),
+    };
+    let mut train = Panel {
+        title: "training return (mean of 20 episodes)",
+        per_run: Vec::new(),
+    };
+    let mut loss = Panel {
+        title: "total loss (mean of 10 logged values)",
+        per_run: Vec::new(),
+    };
+    for run in runs {
+        eval.per_run
+            .push(run.by_env_steps(run.get("eval/mean_return").to_vec()));
+        train
+            .per_run
+            .push(run.by_env_steps(running_mean(run.get("episode/return"), 20)));
+        loss.per_run
+            .push(run.by_training_steps(&running_mean(run.get("loss/total"), 10)));
+    }
+    vec![eval, train, loss]
+}
+
+/// Font files tried in order when none is given.
+pub const FONT_CANDIDATES: &[&str] = &[
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+    "/usr/share/fonts/liberation-sans/LiberationSans-Regular.ttf",
+    "/usr/share/fonts/truetype/freefont/FreeSans.ttf",
+    "/Library/Fonts/Arial.ttf",
+    "C:\\Windows\\Fonts\\arial.ttf",
+];
+
+/// The first of [`FONT_CANDIDATES`] that exists.
+pub fn find_font() -> Result<PathBuf, PlotError> {
+    FONT_CANDIDATES
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .ok_or_else(|| PlotError::NoFont(FONT_CANDIDATES.join(", ")))
+}
+
+/// Register the font at `path` as plotters' sans-serif (once per process).
+fn register_font(path: &Path) -> Result<(), PlotError> {
+    static REGISTERED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    let result = REGISTERED.get_or_init(|| {
+        let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+        // plotters keeps fonts for the life of the process.
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+            .map_err(|_| "not a TrueType font".to_string())
+    });
+    result.clone().map_err(|reason| PlotError::BadFont {
+        path: path.to_path_buf(),
+        reason,
+    })
+}
+
+const COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+/// Draw `runs` into a PNG at `out` (1500 x 800), with the font at `font`.
+pub fn draw(runs: &[RunCurves], out: &Path, font: &Path) -> Result<(), PlotError> {
+    register_font(font)?;
+    let fail = |reason: String| PlotError::Draw {
+        path: out.to_path_buf(),
+        reason,
+    };
+    let root = BitMapBackend::new(out, (1500, 800)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
+    let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
+    let (top, body) = root.split_vertically(40);
+    let legend = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| format!("[{}] {n}", color_name(i)))
+        .collect::<Vec<_>>()
+        .join("    ");
+    top.draw_text(
+        &legend,
+        &("sans-serif", 18).into_font().color(&BLACK),
+        (20, 12),
+    )
+    .map_err(|e| fail(e.to_string()))?;
+    let areas = body.split_evenly((2, 3));
+    for (p, panel) in panels(runs).iter().enumerate() {
+        for (row, x_label) in ["environment steps", "wall time (s)"].iter().enumerate() {
+            let area = &areas[row * 3 + p];
+            let lines: Vec<&Line> = panel
+                .per_run
+                .iter()
+                .map(|c| if row == 0 { &c.by_steps } else { &c.by_time })
+                .collect();
+            draw_panel(area, panel.title, x_label, &lines).map_err(fail)?;
+        }
+    }
+    root.present().map_err(|e| fail(e.to_string()))?;
+    Ok(())
+}
+
+fn color_name(i: usize) -> &'static str {
+    ["blue", "orange", "green", "red", "purple", "brown"][i % COLORS.len()]
+}
+
+fn draw_panel(
+    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+    title: &str,
+    x_label: &str,
+    lines: &[&Line],
+) -> Result<(), String> {
+    let all = lines.iter().flat_map(|l| l.iter());
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for &(x, y) in all.filter(|p| p.0.is_finite() && p.1.is_finite()) {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y0 = y0.min(y);
+        y1 = y1.max(y);
+    }
+    if x0 > x1 {
+        // Nothing logged for this panel (for example evaluation off): say so.
+        area.draw_text(
+            &format!("{title}: no data"),
+            &("sans-serif", 16).into_font().color(&BLACK),
+            (20, 20),
+        )
+        .map_err(|e| e.to_string())?;
+        return Ok(());
+    }
+    if x1 == x0 {
+        x1 = x0 + 1.0;
+    }
+    let pad = ((y1 - y0) * 0.05).max(1e-6);
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 16))
+        .margin(8)
+        .x_label_area_size(32)
+        .y_label_area_size(52)
+        .build_cartesian_2d(x0..x1, (y0 - pad)..(y1 + pad))
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .x_labels(5)
+        .y_labels(5)
+        .label_style(("sans-serif", 12))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (i, line) in lines.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(line.iter().copied(), color.stroke_width(2)))
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interpolation_is_linear_inside_and_clamped_outside() {
+        let p = [(0.0, 0.0), (10.0, 100.0), (20.0, 100.0)];
+        assert_eq!(interpolate(&p, 5.0), Some(50.0));
+        assert_eq!(interpolate(&p, 15.0), Some(100.0));
+        assert_eq!(interpolate(&p, -3.0), Some(0.0));
+        assert_eq!(interpolate(&p, 99.0), Some(100.0));
+        assert_eq!(interpolate(&[], 1.0), None);
+    }
+
+    #[test]
+    fn running_mean_covers_the_last_window() {
+        let p = [(1.0, 1.0), (2.0, 3.0), (3.0, 5.0)];
+        assert_eq!(
+            running_mean(&p, 2),
+            vec![(1.0, 1.0), (2.0, 2.0), (3.0, 4.0)]
+        );
+    }
+
+    #[test]
+    fn losses_map_to_env_steps_and_seconds_through_the_progress_series() {
+        let mut series = BTreeMap::new();
+        // 10 training steps per 100 env steps; 2 seconds per 100 env steps.
+        series.insert(
+            "progress/training_steps".to_string(),
+            vec![(0.0, 0.0), (100.0, 10.0), (200.0, 20.0)],
+        );
+        series.insert(
+            "progress/elapsed_seconds".to_string(),
+            vec![(0.0, 0.0), (100.0, 2.0), (200.0, 4.0)],
+        );
+        series.insert("loss/total".to_string(), vec![(5.0, 0.9), (15.0, 0.5)]);
+        let run = RunCurves {
+            name: "r".into(),
+            series,
+        };
+        let curve = run.by_training_steps(run.get("loss/total"));
+        assert_eq!(curve.by_steps, vec![(50.0, 0.9), (150.0, 0.5)]);
+        assert_eq!(curve.by_time, vec![(1.0, 0.9), (3.0, 0.5)]);
+    }
+
+    #[test]
+    fn read_run_names_a_malformed_line() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(METRICS_CSV),
+            "tag,step,value\nloss/total,3,1.5\nloss/total,x,1\n",
+        )
+        .unwrap();
+        let err = read_run(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("line 3") && err.contains("metrics.csv"),
+            "{err}"
+        );
+        std::fs::write(dir.path().join(METRICS_CSV), "tag,step,value\n").unwrap();
+        assert!(matches!(read_run(dir.path()), Err(PlotError::Empty(_))));
+    }
+}

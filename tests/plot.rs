@@ -1,0 +1,62 @@
+//! `cumind plot` and the curves.png that `cumind train` leaves beside its logs.
+
+mod common;
+
+use common::{assert_fails_with, cumind, preset, run_in_place, sets, text};
+
+const PNG_SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
+
+#[test]
+fn train_writes_curves_and_plot_draws_several_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["a", "b"] {
+        let out = cumind(dir.path())
+            .args(["--config", &preset("catch.json")])
+            .args(run_in_place(name))
+            .args(sets(&[
+                "training.max_env_steps=800",
+                "training.eval_interval=400",
+                "training.eval_episodes=4",
+            ]))
+            .args(["train", "--no-progress"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        let csv = std::fs::read_to_string(dir.path().join("runs").join(name).join("metrics.csv"))
+            .unwrap();
+        for tag in ["eval/mean_return", "loss/total", "progress/training_steps"] {
+            assert!(csv.contains(tag), "{tag} missing from metrics.csv");
+        }
+        if cumind::plot::find_font().is_ok() {
+            let png = std::fs::read(dir.path().join("runs").join(name).join("curves.png")).unwrap();
+            assert!(png.starts_with(PNG_SIGNATURE));
+        }
+    }
+    let Ok(font) = cumind::plot::find_font() else {
+        eprintln!("SKIPPED the drawing checks: no TrueType font on this machine");
+        return;
+    };
+    let out = cumind(dir.path())
+        .args(["plot", "runs/a", "runs/b", "--out", "both.png"])
+        .args(["--font", font.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let png = std::fs::read(dir.path().join("both.png")).unwrap();
+    assert!(png.starts_with(PNG_SIGNATURE) && png.len() > 10_000);
+
+    // A directory that is not a run, a file that is not a font, and unread options: errors.
+    let out = cumind(dir.path()).args(["plot", "ckpt"]).output().unwrap();
+    assert_fails_with(&out, "metrics.csv");
+    std::fs::write(dir.path().join("bad.ttf"), b"not a font").unwrap();
+    let out = cumind(dir.path())
+        .args(["plot", "runs/a", "--font", "bad.ttf"])
+        .output()
+        .unwrap();
+    assert_fails_with(&out, "bad.ttf");
+    let out = cumind(dir.path())
+        .args(["plot", "runs/a", "--set", "other.seed=1"])
+        .output()
+        .unwrap();
+    assert_fails_with(&out, "no effect");
+}
