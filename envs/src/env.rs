@@ -131,6 +131,12 @@ pub enum EnvError {
         /// The names that exist.
         known: Vec<String>,
     },
+    /// [`crate::register`] was asked for a built-in (or empty) name.
+    #[error("cannot register an environment as \"{name}\": the name is built in (or empty); choose another")]
+    NameTaken {
+        /// The name asked for.
+        name: String,
+    },
     /// [`crate::VectorEnv::step`] was given a different number of actions than it has
     /// environments.
     #[error("expected {expected} actions (one per environment), got {got}")]

@@ -52,6 +52,6 @@ pub use catch::Catch;
 pub use connect_four::ConnectFour;
 pub use env::{EnvError, Environment, Info, Space, StepResult};
 pub use mountain_car::MountainCar;
-pub use registry::{make, names};
+pub use registry::{all_names, make, names, register, EnvFactory};
 pub use tictactoe::TicTacToe;
 pub use vector::{EpisodeStats, VectorEnv, VectorStep};

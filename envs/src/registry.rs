@@ -1,7 +1,50 @@
-//! Building environments by name.
+//! Building environments by name: the built-in ones, and any a program registers.
+//!
+//! Like Gymnasium's `register`, [`register`] adds a name to the process-wide registry, after
+//! which [`make`] builds it and everything that goes by name (the configuration's `env_name`,
+//! training, evaluation, `Agent::load` of a checkpoint trained on it) works on it unchanged.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::env::{EnvError, Environment};
 use crate::{CartPole, Catch, ConnectFour, MountainCar, TicTacToe};
+
+/// Builds a fresh environment (seeded later by `reset`).
+pub type EnvFactory = Arc<dyn Fn() -> Box<dyn Environment> + Send + Sync>;
+
+fn registered() -> &'static RwLock<BTreeMap<String, EnvFactory>> {
+    static REGISTERED: OnceLock<RwLock<BTreeMap<String, EnvFactory>>> = OnceLock::new();
+    REGISTERED.get_or_init(Default::default)
+}
+
+/// Make `name` build environments with `factory` in this process. A built-in name cannot be
+/// taken ([`EnvError::NameTaken`]); registering a name again replaces its factory.
+pub fn register(
+    name: &str,
+    factory: impl Fn() -> Box<dyn Environment> + Send + Sync + 'static,
+) -> Result<(), EnvError> {
+    if NAMES.contains(&name) || name.trim().is_empty() {
+        return Err(EnvError::NameTaken {
+            name: name.to_string(),
+        });
+    }
+    registered()
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(name.to_string(), Arc::new(factory));
+    Ok(())
+}
+
+/// Every name [`make`] understands: the built-in ones, then the registered ones.
+pub fn all_names() -> Vec<String> {
+    let custom = registered().read().unwrap_or_else(|e| e.into_inner());
+    NAMES
+        .iter()
+        .map(|n| n.to_string())
+        .chain(custom.keys().cloned())
+        .collect()
+}
 
 const NAMES: &[&str] = &[
     "CartPole-v1",
@@ -11,12 +54,12 @@ const NAMES: &[&str] = &[
     "Catch",
 ];
 
-/// The names [`make`] understands.
+/// The names of the built-in environments ([`all_names`] adds the registered ones).
 pub fn names() -> &'static [&'static str] {
     NAMES
 }
 
-/// A new environment by name (see [`names`]), reset with seed 0.
+/// A new environment by name (see [`all_names`]), reset with seed 0 for the built-in ones.
 ///
 /// An unknown name gives [`EnvError::UnknownEnvironment`], whose message lists the known names.
 pub fn make(name: &str) -> Result<Box<dyn Environment>, EnvError> {
@@ -27,10 +70,20 @@ pub fn make(name: &str) -> Result<Box<dyn Environment>, EnvError> {
         "ConnectFour" => Box::new(ConnectFour::new()),
         "Catch" => Box::new(Catch::new()),
         _ => {
-            return Err(EnvError::UnknownEnvironment {
-                name: name.to_string(),
-                known: NAMES.iter().map(|n| n.to_string()).collect(),
-            })
+            let factory = registered()
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(name)
+                .cloned();
+            match factory {
+                Some(factory) => factory(),
+                None => {
+                    return Err(EnvError::UnknownEnvironment {
+                        name: name.to_string(),
+                        known: all_names(),
+                    })
+                }
+            }
         }
     })
 }
@@ -66,6 +119,16 @@ mod tests {
     }
 
     #[test]
+    fn a_registered_environment_is_made_by_name_and_listed() {
+        register("registry-test-catch", || Box::new(Catch::new())).unwrap();
+        assert!(all_names().iter().any(|n| n == "registry-test-catch"));
+        let env = make("registry-test-catch").unwrap();
+        assert_eq!(env.action_space().n(), Some(3));
+        let err = register("CartPole-v1", || Box::new(Catch::new())).unwrap_err();
+        assert!(err.to_string().contains("CartPole-v1"), "{err}");
+    }
+
+    #[test]
     fn unknown_name_lists_the_known_ones() {
         let err = make("Pong").unwrap_err();
         let message = err.to_string();
@@ -75,7 +138,7 @@ mod tests {
         }
         assert!(matches!(
             err,
-            EnvError::UnknownEnvironment { ref known, .. } if known.len() == names().len()
+            EnvError::UnknownEnvironment { ref known, .. } if known.len() >= names().len()
         ));
     }
 }

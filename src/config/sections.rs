@@ -148,7 +148,7 @@ pub struct MctsConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EnvironmentConfig {
-    /// A registered environment name (see `cumind_envs::names()`).
+    /// A built-in or registered environment name (see `cumind_envs::all_names()`).
     pub env_name: String,
     /// Optional consistency check: must equal the environment's number of actions.
     pub action_space_size: Option<usize>,

@@ -105,13 +105,14 @@ impl Config {
         }
 
         let e = &self.environment;
-        if !cumind_envs::names().contains(&e.env_name.as_str()) {
+        let known = cumind_envs::all_names();
+        if !known.contains(&e.env_name) {
             return Err(invalid(
                 "environment.env_name",
                 format!(
                     "unknown environment \"{}\": use one of {}",
                     e.env_name,
-                    cumind_envs::names().join(", ")
+                    known.join(", ")
                 ),
             ));
         }
