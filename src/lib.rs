@@ -17,6 +17,7 @@
 //! The command-line interface lives in the `cumind` binary, not in this library.
 
 pub mod agent;
+pub mod arena;
 pub mod benchmark;
 pub mod checkpoint;
 pub mod components;

@@ -247,6 +247,33 @@ fn tictactoe_agent_is_evaluated_against_random_and_can_be_played() {
         text(&out)
     );
 
+    // Matches against each kind of opponent print a win/draw/loss row per side that adds up.
+    for opponent in ["random", "perfect", "alphabeta:2", "checkpoint:ckpt/ttt"] {
+        let out = cumind(dir.path())
+            .args(["eval", "--checkpoint", "ckpt/ttt", "--opponent", opponent])
+            .args(["--games", "4", "--random-opening", "1"])
+            .output()
+            .unwrap();
+        let t = text(&out);
+        assert!(out.status.success(), "{t}");
+        for side in ["first", "second"] {
+            let row = t
+                .lines()
+                .find(|l| l.starts_with(&format!("| {side} |")))
+                .unwrap_or_else(|| panic!("no {side} row:\n{t}"));
+            let total: usize = row
+                .split('|')
+                .filter_map(|c| c.trim().parse::<usize>().ok())
+                .sum();
+            assert_eq!(total, 4, "{row}");
+        }
+    }
+    let out = cumind(dir.path())
+        .args(["eval", "--checkpoint", "ckpt/ttt", "--opponent", "minimax"])
+        .output()
+        .unwrap();
+    assert_fails_with(&out, "alphabeta:DEPTH");
+
     // A human typing every cell in turn, with one typo: occupied cells and the typo are refused
     // with a message and the game goes on to its end.
     let mut child = cumind(dir.path())

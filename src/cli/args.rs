@@ -184,6 +184,27 @@ pub struct EvalArgs {
     /// Device: cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: DeviceKind,
+    /// Two-player games: play a match against random, perfect (exact tic-tac-toe solver),
+    /// alphabeta:DEPTH or checkpoint:DIR, and print wins/draws/losses per side.
+    #[arg(long, value_name = "OPPONENT")]
+    pub opponent: Option<cumind::arena::OpponentSpec>,
+    /// With --opponent: games per side.
+    #[arg(long, default_value_t = 100)]
+    pub games: usize,
+    /// With --opponent: which side the agent takes.
+    #[arg(long, value_enum, default_value = "both")]
+    pub agent_plays: AgentPlays,
+    /// With --opponent: plies played at random by both players first, to vary the games.
+    #[arg(long, default_value_t = 0)]
+    pub random_opening: usize,
+}
+
+/// `eval --agent-plays`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AgentPlays {
+    First,
+    Second,
+    Both,
 }
 
 impl ConfigArgs {

@@ -23,7 +23,9 @@ mod console;
 mod input;
 
 pub use args::Cli;
-use args::{BenchmarkArgs, Command, ConfigArgs, EvalArgs, PlayArgs, PlotArgs, TrainArgs};
+use args::{
+    AgentPlays, BenchmarkArgs, Command, ConfigArgs, EvalArgs, PlayArgs, PlotArgs, TrainArgs,
+};
 use console::ConsoleSink;
 use input::{dedicated_flags, explicit_keys, load_agent, warn_ignored_keys};
 
@@ -218,6 +220,9 @@ fn run_eval(config_args: &ConfigArgs, args: EvalArgs) -> Result<()> {
     if args.episodes == 0 {
         bail!("--episodes must be at least 1");
     }
+    if let Some(spec) = &args.opponent {
+        return run_match(agent, spec, &args, &device);
+    }
     let start = Instant::now();
     let eval = evaluate(
         agent.network(),
@@ -246,6 +251,52 @@ fn run_eval(config_args: &ConfigArgs, args: EvalArgs) -> Result<()> {
         secs,
         eval.env_steps as f64 / secs.max(1e-9)
     );
+    Ok(())
+}
+
+/// `eval --opponent`: a match, with a win/draw/loss table per side.
+fn run_match(
+    mut agent: cumind::Agent,
+    spec: &cumind::arena::OpponentSpec,
+    args: &EvalArgs,
+    device: &Device,
+) -> Result<()> {
+    use cumind::arena::{play_match, MatchConfig, Opponent, Side};
+    if args.games == 0 {
+        bail!("--games must be at least 1");
+    }
+    let sides = match args.agent_plays {
+        AgentPlays::First => vec![Side::First],
+        AgentPlays::Second => vec![Side::Second],
+        AgentPlays::Both => vec![Side::First, Side::Second],
+    };
+    let mut opponent = Opponent::new(spec, device)?;
+    let start = Instant::now();
+    let records = play_match(
+        &mut agent,
+        &mut opponent,
+        &MatchConfig {
+            games: args.games,
+            sides,
+            random_opening: args.random_opening,
+            seed: args.seed,
+        },
+    )?;
+    println!(
+        "{}: agent ({}) against {spec}, {} games per side in {:.1}s",
+        agent.config().environment.env_name,
+        args.checkpoint.display(),
+        args.games,
+        start.elapsed().as_secs_f64()
+    );
+    println!("| agent plays | wins | draws | losses |\n|---|---:|---:|---:|");
+    for (side, r) in records {
+        let side = match side {
+            Side::First => "first",
+            Side::Second => "second",
+        };
+        println!("| {side} | {} | {} | {} |", r.wins, r.draws, r.losses);
+    }
     Ok(())
 }
 
