@@ -61,6 +61,8 @@ pub struct Agent {
     search: SearchConfig,
     env: EnvInfo,
     rng: StdRng,
+    /// Root values of the last search, one per observation.
+    last_root_values: Vec<f32>,
 }
 
 impl Agent {
@@ -100,6 +102,7 @@ impl Agent {
             search,
             env,
             rng,
+            last_root_values: Vec::new(),
         }
     }
 
@@ -129,6 +132,12 @@ impl Agent {
     pub fn set_search(&mut self, mcts: crate::config::MctsConfig) {
         self.config.mcts = mcts;
         self.search = components::search_config(&self.config, &self.env);
+    }
+
+    /// The search's value of each position of the last `select_action*` call, from the point
+    /// of view of the player to move there (in [-1, 1] for board games: +1 a sure win).
+    pub fn last_root_values(&self) -> &[f32] {
+        &self.last_root_values
     }
 
     /// Reseed the agent's random stream (noise and sampling when `training`).
@@ -208,6 +217,7 @@ impl Agent {
             &mut self.rng,
         )?;
         let temperature = if training { 1.0 } else { 0.0 };
+        self.last_root_values.clone_from(&out.root_values);
         Ok(choose_actions(&out, &masks, temperature, &mut self.rng))
     }
 }

@@ -294,6 +294,8 @@ fn tictactoe_agent_is_evaluated_against_random_and_can_be_played() {
     assert!(out.status.success(), "{t}");
     assert!(t.contains("not a number"), "{t}");
     assert!(t.contains("agent plays"), "{t}");
+    assert!(t.contains("search values the position at"), "{t}");
+    assert!(t.contains("your move ["), "{t}");
     assert!(
         t.contains("game over") || t.contains("game abandoned"),
         "{t}"

@@ -336,7 +336,12 @@ fn run_play(config_args: &ConfigArgs, args: PlayArgs) -> Result<()> {
             }
         } else {
             let a = agent.select_actions_masked(&[&observation], &[&legal], false)?[0];
-            println!("agent plays {a}");
+            let value = agent
+                .last_root_values()
+                .first()
+                .copied()
+                .unwrap_or(f32::NAN);
+            println!("agent plays {a} (its search values the position at {value:+.2} for itself)");
             a
         };
         match env.step(action) {
