@@ -12,8 +12,10 @@ const MIN_ENVS_PER_TASK: usize = 16;
 /// The length and return of an episode that has just ended.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EpisodeStats {
-    /// The sum of the episode's rewards as the environment reported them (for two-player games
-    /// these come from both players' points of view).
+    /// The sum of the episode's rewards from the first player's point of view: the plain sum
+    /// in single-player environments; in two-player games the rewards of the second player's
+    /// moves count negated, so the return is +1 when the first player wins, -1 when the second
+    /// does, 0 for a draw (summing both players' rewards would say only that someone won).
     pub episode_return: f64,
     /// The number of steps in the episode.
     pub length: usize,
@@ -224,8 +226,13 @@ fn step_one(
     slot: &mut Slot,
     action: usize,
 ) -> Result<Outcome, EnvError> {
+    let mover = env.to_play();
     let result = env.step(action)?;
-    slot.episode_return += result.reward;
+    slot.episode_return += if mover == 0 {
+        result.reward
+    } else {
+        -result.reward
+    };
     slot.length += 1;
     let (final_observation, finished) = if result.terminated || result.truncated {
         let stats = EpisodeStats {
@@ -282,8 +289,9 @@ mod tests {
                 .collect();
             let out = vector.step(&actions).unwrap();
             for (i, env) in singles.iter_mut().enumerate() {
+                let first_moves = env.to_play() == 0;
                 let r = env.step(actions[i]).unwrap();
-                returns[i] += r.reward;
+                returns[i] += if first_moves { r.reward } else { -r.reward };
                 lengths[i] += 1;
                 assert_eq!(out.rewards[i], r.reward);
                 assert_eq!(out.terminated[i], r.terminated);
@@ -462,5 +470,19 @@ mod tests {
                 got: "CartPole-v1".into()
             }
         );
+    }
+
+    #[test]
+    fn a_two_player_return_is_from_the_first_players_point_of_view() {
+        // O (second player) wins the left column: X 1, O 0, X 2, O 3, X 5, O 6.
+        let mut vector = VectorEnv::new(vec![Box::new(TicTacToe::new())]).unwrap();
+        vector.reset(Some(0));
+        let mut stats = None;
+        for a in [1, 0, 2, 3, 5, 6] {
+            stats = vector.step(&[a]).unwrap().finished[0];
+        }
+        let stats = stats.expect("the game ended");
+        assert_eq!(stats.episode_return, -1.0);
+        assert_eq!(stats.length, 6);
     }
 }
