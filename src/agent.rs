@@ -93,6 +93,7 @@ impl Agent {
             observation_shape: network.spec().observation_shape.clone(),
             num_actions: network.spec().num_actions,
             num_players: EnvInfo::of(&config).map(|e| e.num_players).unwrap_or(1),
+            symmetries: Vec::new(),
         };
         let search = components::search_config(&config, &env);
         let rng = StdRng::seed_from_u64(config.other.seed);

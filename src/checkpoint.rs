@@ -544,6 +544,7 @@ mod tests {
             per_beta: 1.0,
             per_epsilon: 1e-3,
             two_player: false,
+            symmetries: Vec::new(),
         });
         r.save_game(scripted_game(&[1.0, 1.0], &[0.5, 0.4], &[0; 3], true, 0.0))
             .unwrap();

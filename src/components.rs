@@ -15,6 +15,8 @@ pub struct EnvInfo {
     pub observation_shape: Vec<usize>,
     pub num_actions: usize,
     pub num_players: usize,
+    /// The game's symmetries other than the identity.
+    pub symmetries: Vec<cumind_envs::Symmetry>,
 }
 
 impl EnvInfo {
@@ -25,6 +27,7 @@ impl EnvInfo {
             observation_shape: env.observation_space().shape(),
             num_actions: env.action_space().n().unwrap_or(0),
             num_players: env.num_players(),
+            symmetries: env.symmetries(),
         })
     }
 }
@@ -80,6 +83,11 @@ pub fn replay_config(config: &Config, env: &EnvInfo) -> ReplayConfig {
         per_beta: mem.per_beta as f32,
         per_epsilon: mem.per_epsilon as f32,
         two_player: env.num_players > 1,
+        symmetries: if config.self_play.symmetry_augmentation {
+            env.symmetries.clone()
+        } else {
+            Vec::new()
+        },
     }
 }
 

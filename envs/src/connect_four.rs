@@ -194,6 +194,13 @@ impl Environment for ConnectFour {
         lines.join("\n")
     }
 
+    /// The left-right mirror image (gravity rules out the others).
+    fn symmetries(&self) -> Vec<crate::Symmetry> {
+        vec![crate::Symmetry::of_board(3, ROWS, COLS, COLS, |r, c| {
+            (r, COLS - 1 - c)
+        })]
+    }
+
     fn clone_box(&self) -> Box<dyn Environment> {
         Box::new(self.clone())
     }

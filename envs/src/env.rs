@@ -224,6 +224,69 @@ pub trait Environment: Send {
 
     /// A boxed copy of the environment, including its state and random number generator.
     fn clone_box(&self) -> Box<dyn Environment>;
+
+    /// The game's symmetries other than the identity (rotations and reflections of a board):
+    /// transformations of observations and actions under which the rules, rewards and values
+    /// are unchanged. Training may apply them to replayed positions (data augmentation). None
+    /// by default.
+    fn symmetries(&self) -> Vec<Symmetry> {
+        Vec::new()
+    }
+}
+
+/// A symmetry of a game, as permutations: the transformed observation is
+/// `new[i] = old[observation[i]]`, and action `a` becomes `actions[a]` (so a policy becomes
+/// `new[actions[a]] = old[a]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Symmetry {
+    /// `[observation length]`: where each transformed element comes from.
+    pub observation: Vec<usize>,
+    /// `[number of actions]`: where each action goes.
+    pub actions: Vec<usize>,
+}
+
+impl Symmetry {
+    /// The symmetry of `planes` square or rectangular boards of `rows x cols` cells (an
+    /// observation of `[planes, rows, cols]`) that moves cell `(r, c)` to `map(r, c)`, where
+    /// actions are cells (`actions == rows * cols`) or columns (`actions == cols`, the map must
+    /// then keep columns together).
+    pub fn of_board(
+        planes: usize,
+        rows: usize,
+        cols: usize,
+        actions: usize,
+        map: impl Fn(usize, usize) -> (usize, usize),
+    ) -> Symmetry {
+        let cells = rows * cols;
+        let mut observation = vec![0; planes * cells];
+        for r in 0..rows {
+            for c in 0..cols {
+                let (nr, nc) = map(r, c);
+                for p in 0..planes {
+                    observation[p * cells + nr * cols + nc] = p * cells + r * cols + c;
+                }
+            }
+        }
+        let actions = if actions == cells {
+            (0..cells)
+                .map(|a| {
+                    let (nr, nc) = map(a / cols, a % cols);
+                    nr * cols + nc
+                })
+                .collect()
+        } else {
+            (0..cols).map(|c| map(0, c).1).collect()
+        };
+        Symmetry {
+            observation,
+            actions,
+        }
+    }
+
+    /// `observation` transformed.
+    pub fn apply_to_observation(&self, observation: &[f32]) -> Vec<f32> {
+        self.observation.iter().map(|&i| observation[i]).collect()
+    }
 }
 
 impl Clone for Box<dyn Environment> {

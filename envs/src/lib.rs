@@ -50,7 +50,7 @@ pub mod vector;
 pub use cartpole::CartPole;
 pub use catch::Catch;
 pub use connect_four::ConnectFour;
-pub use env::{EnvError, Environment, Info, Space, StepResult};
+pub use env::{EnvError, Environment, Info, Space, StepResult, Symmetry};
 pub use mountain_car::MountainCar;
 pub use registry::{all_names, make, names, register, EnvFactory};
 pub use tictactoe::TicTacToe;

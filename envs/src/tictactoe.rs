@@ -172,6 +172,25 @@ impl Environment for TicTacToe {
             .join("\n")
     }
 
+    /// The 7 non-identity symmetries of the square: 3 rotations and 4 reflections.
+    fn symmetries(&self) -> Vec<crate::Symmetry> {
+        /// Where cell (row, column) goes, on a board whose last index is `n`.
+        type CellMap = fn(usize, usize, usize) -> (usize, usize);
+        let n = 2;
+        let maps: [CellMap; 7] = [
+            |r, c, n| (c, n - r),
+            |r, c, n| (n - r, n - c),
+            |r, c, n| (n - c, r),
+            |r, c, n| (r, n - c),
+            |r, c, n| (n - r, c),
+            |r, c, _| (c, r),
+            |r, c, n| (n - c, n - r),
+        ];
+        maps.iter()
+            .map(|f| crate::Symmetry::of_board(3, 3, 3, 9, |r, c| f(r, c, n)))
+            .collect()
+    }
+
     fn clone_box(&self) -> Box<dyn Environment> {
         Box::new(self.clone())
     }

@@ -174,6 +174,9 @@ pub struct SelfPlayConfig {
     /// Long episodes enter the replay buffer in segments of this many transitions (0: whole
     /// episodes only), so training sees fresh data while an episode goes on.
     pub game_segment_length: usize,
+    /// Replayed positions of games that declare symmetries (TicTacToe, ConnectFour) are seen
+    /// through a random one of them (rotations, reflections).
+    pub symmetry_augmentation: bool,
 }
 
 /// "Memory": the replay buffer.

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
+use super::augment::apply_symmetry;
 use super::sum_tree::SumTree;
 use super::targets::{fill_row, ValueParts};
 use super::{Batch, GameHistory, PositionId, ReplayConfig, ReplayError};
@@ -64,6 +65,11 @@ impl ReplayBuffer {
     /// Changes the importance-sampling exponent (for annealing).
     pub fn set_per_beta(&mut self, beta: f32) {
         self.config.per_beta = beta;
+    }
+
+    /// The symmetries sampled positions are augmented with (empty: none).
+    pub fn set_symmetries(&mut self, symmetries: Vec<cumind_envs::Symmetry>) {
+        self.config.symmetries = symmetries;
     }
 
     pub fn num_games(&self) -> usize {
@@ -235,6 +241,14 @@ impl ReplayBuffer {
             })?;
             let stored = &self.games[gi];
             fill_row(&mut batch, b, &stored.game, t, &self.config, rng);
+            let symmetries = &self.config.symmetries;
+            if !symmetries.is_empty() {
+                // 0 is the identity.
+                let s = rng.random_range(0..=symmetries.len());
+                if s > 0 {
+                    apply_symmetry(&mut batch, b, &symmetries[s - 1]);
+                }
+            }
             batch.ids.push(id);
             if self.config.per_alpha != 0.0 {
                 let slot = (stored.start + t) % self.config.capacity;

@@ -64,6 +64,7 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+mod augment;
 mod batch;
 mod buffer;
 mod game;
@@ -145,4 +146,9 @@ pub struct ReplayConfig {
     pub per_epsilon: f32,
     /// Sign rewards and values relative to the player to move (two-player zero-sum games).
     pub two_player: bool,
+    /// The game's symmetries (identity excluded): each sampled position is seen through one
+    /// of them or the identity, uniformly at random. Not stored in snapshots: the trainer sets
+    /// them from the environment.
+    #[serde(skip)]
+    pub symmetries: Vec<cumind_envs::Symmetry>,
 }

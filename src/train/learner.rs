@@ -382,6 +382,7 @@ mod tests {
             per_beta: 1.0,
             per_epsilon: 1e-3,
             two_player: false,
+            symmetries: Vec::new(),
         });
         for _ in 0..5 {
             let mut game = GameHistory::new(4, 2, &[0.1, 0.2, 0.3, 0.4], 0);

@@ -208,9 +208,11 @@ impl<'a> TrainingRun<'a> {
                 let mut learner = Learner::with_devices(network, learner_config, devices)?;
                 let target = MuZeroNetwork::from_tensors(spec, ckpt.target, device, dtype)?;
                 learner.restore(&target, ckpt.optimizer, ckpt.metadata.optimizer_step)?;
-                let replay = ckpt
+                let mut replay = ckpt
                     .replay
                     .unwrap_or_else(|| ReplayBuffer::new(components::replay_config(config, &env)));
+                // Snapshots do not store the symmetries: they come from the environment.
+                replay.set_symmetries(components::replay_config(config, &env).symmetries);
                 let run_dir = ckpt
                     .dir
                     .parent()
