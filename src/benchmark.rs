@@ -13,7 +13,7 @@ use crate::components::{self, EnvInfo};
 use crate::config::Config;
 use crate::network::{MuZeroNetwork, NetworkError, SearchModel};
 use crate::replay::{GameHistory, ReplayBuffer};
-use crate::search::Searcher;
+use crate::search::{SearchInput, Searcher};
 use crate::train::Learner;
 
 /// Errors of [`measure`].
@@ -221,10 +221,12 @@ pub fn measure(config: &Config, plan: &BenchmarkPlan) -> Result<BenchmarkReport,
                     .run(
                         &mut model,
                         &search,
-                        &observations,
-                        batch,
-                        &masks,
-                        true,
+                        &SearchInput {
+                            observations: &observations,
+                            batch,
+                            legal_masks: &masks,
+                            add_noise: true,
+                        },
                         &mut search_rng,
                     )
                     .map_err(|e| NetworkError::Candle(candle_core::Error::Msg(e.to_string())))?;

@@ -146,7 +146,6 @@ pub fn sigma_completed_q(
 /// `considered_visit`: the legal child with exactly that many visits maximising
 /// `g + logits + sigma(q)`. If no legal child has that count (never with a well-formed
 /// schedule), the best legal child overall. `scratch` holds `num_actions` values.
-#[allow(clippy::too_many_arguments)]
 pub fn select_root_action(
     tree: &Tree,
     node: usize,
@@ -255,7 +254,7 @@ pub fn select_interior_action(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::search::tree::ROOT;
+    use crate::search::tree::{Expansion, ROOT};
 
     #[test]
     fn schedule_matches_sequential_halving() {
@@ -286,11 +285,38 @@ mod tests {
         let mut t = Tree::new(4, 3);
         let logits = [0.5f32.ln(), 0.25f32.ln(), 0.25f32.ln()];
         t.init_root(&logits, &[true; 3], 1.0);
-        t.add_child(1, ROOT, 0, &[0.0; 3], 2.0, 1.0, false);
+        t.add_child(
+            1,
+            (ROOT, 0),
+            &Expansion {
+                logits: &[0.0; 3],
+                value: 2.0,
+                reward: 1.0,
+            },
+            false,
+        );
         t.backup(1, 0.5, 1.0, |_| {});
-        t.add_child(2, ROOT, 1, &[0.0; 3], -2.0, 0.0, false);
+        t.add_child(
+            2,
+            (ROOT, 1),
+            &Expansion {
+                logits: &[0.0; 3],
+                value: -2.0,
+                reward: 0.0,
+            },
+            false,
+        );
         t.backup(2, 0.5, 1.0, |_| {});
-        t.add_child(3, 2, 0, &[0.0; 3], 0.0, -4.0, false);
+        t.add_child(
+            3,
+            (2, 0),
+            &Expansion {
+                logits: &[0.0; 3],
+                value: 0.0,
+                reward: -4.0,
+            },
+            false,
+        );
         t.backup(3, 0.5, 1.0, |_| {});
         assert_eq!(t.children_visits(ROOT), &[1, 2, 0]);
         t

@@ -59,4 +59,4 @@ pub use action::{choose_actions, select_action};
 pub use config::{SearchConfig, SearchPolicy};
 pub use error::SearchError;
 pub use output::SearchOutput;
-pub use searcher::{run_search, Searcher};
+pub use searcher::{run_search, SearchInput, Searcher};

@@ -99,7 +99,7 @@ pub fn select_child(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::search::tree::ROOT;
+    use crate::search::tree::{Expansion, ROOT};
 
     #[test]
     fn formula_hand_checked() {
@@ -122,7 +122,16 @@ mod tests {
         let mut t = Tree::new(4, 3);
         let logits = [0.2f32.ln(), 0.5f32.ln(), 0.3f32.ln()];
         t.init_root(&logits, &[true; 3], 0.0);
-        t.add_child(1, ROOT, 2, &[0.0; 3], 2.0, 1.0, sign < 0.0);
+        t.add_child(
+            1,
+            (ROOT, 2),
+            &Expansion {
+                logits: &[0.0; 3],
+                value: 2.0,
+                reward: 1.0,
+            },
+            sign < 0.0,
+        );
         t.backup(1, 0.5, sign, |_| {});
         t
     }

@@ -15,7 +15,7 @@ use super::error::SearchError;
 use super::gumbel::{self, SigmaParams};
 use super::output::SearchOutput;
 use super::simulation::{Rules, TreeState};
-use super::tree::ROOT;
+use super::tree::{Expansion, ROOT};
 use super::{noise, targets};
 use crate::model::{Model, Prediction};
 
@@ -40,12 +40,28 @@ pub fn run_search<M: Model + ?Sized, R: Rng + ?Sized>(
     Searcher::new().run(
         model,
         config,
-        observations,
-        batch,
-        legal_masks,
-        add_noise,
+        &SearchInput {
+            observations,
+            batch,
+            legal_masks,
+            add_noise,
+        },
         rng,
     )
+}
+
+/// The roots of one batched search and how to search them.
+///
+/// # Shapes
+/// `observations`: `[batch * obs_len]`, passed to the model as is; `legal_masks`:
+/// `[batch * A]` (`true` = legal; root only).
+#[derive(Debug, Clone, Copy)]
+pub struct SearchInput<'a> {
+    pub observations: &'a [f32],
+    pub batch: usize,
+    pub legal_masks: &'a [bool],
+    /// Root exploration noise (training).
+    pub add_noise: bool,
 }
 
 /// Reusable search buffers: keep one per actor/thread to avoid reallocating the trees.
@@ -65,22 +81,21 @@ impl Searcher {
         Self::default()
     }
 
-    /// Run one batched search (see the [module docs](super) and [`run_search`]).
-    ///
-    /// `observations`: `[B * obs_len]`, passed to the model as is; `legal_masks`: `[B * A]`
-    /// (`true` = legal; root only); `add_noise`: root exploration noise (training). The rng is
-    /// used only for the root noise.
-    #[allow(clippy::too_many_arguments)]
+    /// Run one batched search of `input`'s roots (see the [module docs](super) and
+    /// [`run_search`]). The rng is used only for the root noise.
     pub fn run<M: Model + ?Sized, R: Rng + ?Sized>(
         &mut self,
         model: &mut M,
         config: &SearchConfig,
-        observations: &[f32],
-        batch: usize,
-        legal_masks: &[bool],
-        add_noise: bool,
+        input: &SearchInput<'_>,
         rng: &mut R,
     ) -> Result<SearchOutput, SearchError> {
+        let SearchInput {
+            observations,
+            batch,
+            legal_masks,
+            add_noise,
+        } = *input;
         config.validate(add_noise)?;
         let num_actions = model.num_actions();
         if num_actions == 0 {
@@ -119,15 +134,7 @@ impl Searcher {
                 c_visit, c_scale, ..
             } => Some(SigmaParams { c_visit, c_scale }),
         };
-        self.prepare_roots(
-            config,
-            &root,
-            batch,
-            num_actions,
-            legal_masks,
-            add_noise,
-            rng,
-        );
+        self.prepare_roots(config, &root, input, num_actions, rng);
 
         let rules = Rules {
             discount: config.discount,
@@ -154,8 +161,12 @@ impl Searcher {
             let last = node == num_simulations;
             for_each_tree(trees, parents, actions, |b, ts, parent, action| {
                 let logits = &pred.policy_logits[b * num_actions..(b + 1) * num_actions];
-                let (value, reward) = (pred.values[b], pred.rewards[b]);
-                ts.expand_and_backup(&rules, node, *parent, *action, logits, value, reward);
+                let expansion = Expansion {
+                    logits,
+                    value: pred.values[b],
+                    reward: pred.rewards[b],
+                };
+                ts.expand_and_backup(&rules, node, (*parent, *action), &expansion);
                 if !last {
                     (*parent, *action) = ts.select_leaf(&rules, node);
                 }
@@ -167,17 +178,20 @@ impl Searcher {
 
     /// Reset the trees, expand the roots, add the root noise and build the Sequential Halving
     /// schedules. The rng is used in batch order (Dirichlet or Gumbel noise per root).
-    #[allow(clippy::too_many_arguments)]
     fn prepare_roots<R: Rng + ?Sized>(
         &mut self,
         config: &SearchConfig,
         root: &Prediction,
-        batch: usize,
+        input: &SearchInput<'_>,
         num_actions: usize,
-        legal_masks: &[bool],
-        add_noise: bool,
         rng: &mut R,
     ) {
+        let SearchInput {
+            batch,
+            legal_masks,
+            add_noise,
+            ..
+        } = *input;
         let num_simulations = config.num_simulations;
         if self.trees.len() < batch {
             self.trees.resize_with(batch, TreeState::default);

@@ -9,7 +9,7 @@
 use super::gumbel::{self, SigmaParams};
 use super::min_max::MinMaxStats;
 use super::puct;
-use super::tree::{Tree, ROOT};
+use super::tree::{Expansion, Tree, ROOT};
 
 /// Per-tree state of one batch element.
 #[derive(Debug, Default)]
@@ -93,27 +93,16 @@ impl TreeState {
         }
     }
 
-    /// Create `node` from the model's prediction and back its value up to the root.
-    #[allow(clippy::too_many_arguments)]
+    /// Create `node` as the child of `edge = (parent, action)` from the model's `expansion`
+    /// and back its value up to the root.
     pub(super) fn expand_and_backup(
         &mut self,
         rules: &Rules<'_>,
         node: usize,
-        parent: usize,
-        action: usize,
-        logits: &[f32],
-        value: f32,
-        reward: f32,
+        edge: (usize, usize),
+        expansion: &Expansion<'_>,
     ) {
-        let depth = self.tree.add_child(
-            node,
-            parent,
-            action,
-            logits,
-            value,
-            reward,
-            rules.two_player,
-        );
+        let depth = self.tree.add_child(node, edge, expansion, rules.two_player);
         self.max_depth = self.max_depth.max(depth);
         let stats = &mut self.stats;
         self.tree
@@ -151,7 +140,16 @@ mod tests {
         let mut ts = fresh(&[true, true]);
         assert_eq!(ts.select_leaf(&rules, 0), (ROOT, 1));
         // Reward 1, value 2: Q(root, 1) = 1 + 0.5 * 2 = 2, root value (0 + 2) / 2 = 1.
-        ts.expand_and_backup(&rules, 1, ROOT, 1, &[0.0, 0.0], 2.0, 1.0);
+        ts.expand_and_backup(
+            &rules,
+            1,
+            (ROOT, 1),
+            &Expansion {
+                logits: &[0.0, 0.0],
+                value: 2.0,
+                reward: 1.0,
+            },
+        );
         assert_eq!(ts.tree.children_q(ROOT), &[0.0, 2.0]);
         assert_eq!(ts.tree.value(ROOT), 1.0);
         assert_eq!((ts.stats.min, ts.stats.max), (2.0, 2.0));
@@ -159,7 +157,16 @@ mod tests {
         // Q = 2 (unnormalised while min == max) beats the unvisited action 0, so the next leaf
         // is below node 1, whose uniform children tie: action 0.
         assert_eq!(ts.select_leaf(&rules, 1), (1, 0));
-        ts.expand_and_backup(&rules, 2, 1, 0, &[0.0, 0.0], 0.0, 0.0);
+        ts.expand_and_backup(
+            &rules,
+            2,
+            (1, 0),
+            &Expansion {
+                logits: &[0.0, 0.0],
+                value: 0.0,
+                reward: 0.0,
+            },
+        );
         assert_eq!(ts.max_depth, 2);
         assert_eq!(ts.tree.visits(ROOT), 3);
     }
@@ -169,7 +176,16 @@ mod tests {
         let rules = puct_rules(true);
         let mut ts = fresh(&[true, false]);
         assert_eq!(ts.select_leaf(&rules, 0), (ROOT, 0));
-        ts.expand_and_backup(&rules, 1, ROOT, 0, &[0.0, 0.0], 2.0, 1.0);
+        ts.expand_and_backup(
+            &rules,
+            1,
+            (ROOT, 0),
+            &Expansion {
+                logits: &[0.0, 0.0],
+                value: 2.0,
+                reward: 1.0,
+            },
+        );
         assert_eq!(ts.tree.to_play(1), -1);
         // Two players: Q(root, 0) = 1 - 0.5 * 2 = 0.
         assert_eq!(ts.tree.children_q(ROOT), &[0.0, 0.0]);
@@ -190,7 +206,16 @@ mod tests {
         ts.num_considered = 2;
         // Simulation 0: both unvisited, the better prior wins; simulation 1: the other one.
         assert_eq!(ts.select_leaf(&rules, 0), (ROOT, 1));
-        ts.expand_and_backup(&rules, 1, ROOT, 1, &[0.0, 0.0], 0.0, 0.0);
+        ts.expand_and_backup(
+            &rules,
+            1,
+            (ROOT, 1),
+            &Expansion {
+                logits: &[0.0, 0.0],
+                value: 0.0,
+                reward: 0.0,
+            },
+        );
         assert_eq!(ts.select_leaf(&rules, 1), (ROOT, 0));
     }
 }

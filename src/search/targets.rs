@@ -48,6 +48,7 @@ pub fn gumbel_root_target(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::search::tree::Expansion;
 
     #[test]
     fn visit_counts_normalise_to_one() {
@@ -63,9 +64,27 @@ mod tests {
     fn root_with_two_visited_children() -> Tree {
         let mut t = Tree::new(3, 3);
         t.init_root(&[0.0; 3], &[true, true, false], 0.0);
-        t.add_child(1, ROOT, 0, &[0.0; 3], 0.0, 1.0, false);
+        t.add_child(
+            1,
+            (ROOT, 0),
+            &Expansion {
+                logits: &[0.0; 3],
+                value: 0.0,
+                reward: 1.0,
+            },
+            false,
+        );
         t.backup(1, 1.0, 1.0, |_| {});
-        t.add_child(2, ROOT, 1, &[0.0; 3], 0.0, 0.0, false);
+        t.add_child(
+            2,
+            (ROOT, 1),
+            &Expansion {
+                logits: &[0.0; 3],
+                value: 0.0,
+                reward: 0.0,
+            },
+            false,
+        );
         t.backup(2, 1.0, 1.0, |_| {});
         assert_eq!(t.children_visits(ROOT), &[1, 1, 0]);
         t

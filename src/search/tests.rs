@@ -273,10 +273,12 @@ fn parallel_batches_match_single_searches() {
                 .run(
                     &mut single,
                     &config,
-                    &obs[b..b + 1],
-                    1,
-                    &masks[row.clone()],
-                    false,
+                    &SearchInput {
+                        observations: &obs[b..b + 1],
+                        batch: 1,
+                        legal_masks: &masks[row.clone()],
+                        add_noise: false,
+                    },
                     &mut rng,
                 )
                 .unwrap();
@@ -307,7 +309,17 @@ fn searcher_reuse_is_identical_to_fresh_searches() {
             let mut m2 = HashModel::tempting(num_actions, masks.clone());
             let (mut r1, mut r2) = (StdRng::seed_from_u64(5), StdRng::seed_from_u64(5));
             let reused = searcher
-                .run(&mut m1, &config, &obs, batch, &masks, true, &mut r1)
+                .run(
+                    &mut m1,
+                    &config,
+                    &SearchInput {
+                        observations: &obs,
+                        batch,
+                        legal_masks: &masks,
+                        add_noise: true,
+                    },
+                    &mut r1,
+                )
                 .unwrap();
             let fresh = run_search(&mut m2, &config, &obs, batch, &masks, true, &mut r2).unwrap();
             assert_eq!(reused, fresh);

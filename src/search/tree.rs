@@ -41,6 +41,16 @@ pub struct Tree {
     child_q: Vec<f32>,
 }
 
+/// What the model predicted for a newly reached state: the prior logits of its children
+/// (`[A]`), its value (for the player to move there) and the reward of the transition into it
+/// (for the player who acted).
+#[derive(Debug, Clone, Copy)]
+pub struct Expansion<'a> {
+    pub logits: &'a [f32],
+    pub value: f32,
+    pub reward: f32,
+}
+
 impl Tree {
     /// An empty tree with room for `capacity` nodes of `num_actions` children each.
     pub fn new(capacity: usize, num_actions: usize) -> Self {
@@ -109,22 +119,23 @@ impl Tree {
     }
 
     /// Create node `node` as the child of `parent` through `action` (no action mask below the
-    /// root) and count its predicted value as its first visit. `flip` negates the player to move
-    /// (two-player games). Returns the depth of the new node.
+    /// root) from the model's `expansion`, and count its predicted value as its first visit.
+    /// `flip` negates the player to move (two-player games). Returns the depth of the new node.
     ///
     /// # Panics
     /// If `node` is not the next free index or the child slot is already taken.
-    #[allow(clippy::too_many_arguments)]
     pub fn add_child(
         &mut self,
         node: usize,
-        parent: usize,
-        action: usize,
-        logits: &[f32],
-        value: f32,
-        reward: f32,
+        (parent, action): (usize, usize),
+        expansion: &Expansion<'_>,
         flip: bool,
     ) -> usize {
+        let Expansion {
+            logits,
+            value,
+            reward,
+        } = *expansion;
         assert_eq!(node, self.len, "nodes must be created in order");
         assert!(node < self.capacity, "tree is full");
         assert!(parent < self.len, "parent {parent} does not exist");
@@ -396,7 +407,16 @@ mod tests {
         assert_eq!((t.len(), t.visits(ROOT), t.value(ROOT)), (1, 1, 0.5));
         assert_eq!(t.parent(ROOT), NO_PARENT);
         assert_eq!(t.child(ROOT, 1), None);
-        let d = t.add_child(1, ROOT, 1, &[0.0, 0.0], 2.0, 1.0, true);
+        let d = t.add_child(
+            1,
+            (ROOT, 1),
+            &Expansion {
+                logits: &[0.0, 0.0],
+                value: 2.0,
+                reward: 1.0,
+            },
+            true,
+        );
         assert_eq!(d, 1);
         assert_eq!(t.child(ROOT, 1), Some(1));
         assert_eq!(t.to_play(1), -1);
@@ -411,7 +431,16 @@ mod tests {
         t.record_visit(1, 4.0);
         assert_eq!(t.value(1), 3.0);
         // Chain a grandchild: reward 2, value 6, seen from node 1: 2 - 0.5 * 6 = -1.
-        t.add_child(2, 1, 0, &[0.0, 0.0], 6.0, 2.0, true);
+        t.add_child(
+            2,
+            (1, 0),
+            &Expansion {
+                logits: &[0.0, 0.0],
+                value: 6.0,
+                reward: 2.0,
+            },
+            true,
+        );
         assert_eq!(t.to_play(2), 1);
         let mut seen = vec![];
         t.backup(2, 0.5, -1.0, |q| seen.push(q));
