@@ -162,7 +162,13 @@ fn main() -> anyhow::Result<()> {
         std::env::set_var("RAYON_NUM_THREADS", cores.to_string());
     }
 
-    // 1. Register the environment under a name; from here on it is used by name.
+    // 1. Check it against the Environment contract, then register it under a name; from here
+    //    on it is used by name.
+    let violations = cumind::envs::check_env(&mut GridWorld::new());
+    anyhow::ensure!(
+        violations.is_empty(),
+        "GridWorld breaks the Environment contract: {violations:?}"
+    );
     cumind::envs::register(NAME, || Box::new(GridWorld::new()))?;
 
     // 2. The embedded defaults with a few keys changed, as `--set` would change them.

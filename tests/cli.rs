@@ -303,6 +303,22 @@ fn tictactoe_agent_is_evaluated_against_random_and_can_be_played() {
 }
 
 #[test]
+fn check_env_passes_the_built_ins_and_refuses_unknown_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = cumind(dir.path()).args(["check-env"]).output().unwrap();
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    for name in cumind::envs::names() {
+        assert!(t.contains(&format!("{name}: ok")), "{t}");
+    }
+    let out = cumind(dir.path())
+        .args(["check-env", "Pong"])
+        .output()
+        .unwrap();
+    assert_fails_with(&out, "Pong");
+}
+
+#[test]
 fn ctrl_c_saves_a_checkpoint_and_exits_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = cumind(dir.path());

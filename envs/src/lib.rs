@@ -40,6 +40,7 @@
 
 pub mod cartpole;
 pub mod catch;
+pub mod check;
 pub mod connect_four;
 pub mod env;
 pub mod mountain_car;
@@ -49,6 +50,7 @@ pub mod vector;
 
 pub use cartpole::CartPole;
 pub use catch::Catch;
+pub use check::{check_env, check_env_with, CheckOptions, Violation};
 pub use connect_four::ConnectFour;
 pub use env::{EnvError, Environment, Info, Space, StepResult, Symmetry};
 pub use mountain_car::MountainCar;

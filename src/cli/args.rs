@@ -58,6 +58,7 @@ impl Cli {
             Command::Play(args) => &args.config,
             Command::Benchmark(args) => &args.config,
             Command::Plot(args) => &args.config,
+            Command::CheckEnv(args) => &args.config,
         };
         self.config.then(after)
     }
@@ -77,6 +78,21 @@ pub enum Command {
     Benchmark(BenchmarkArgs),
     /// Draw learning curves of one or more runs (their log directories) into a PNG.
     Plot(PlotArgs),
+    /// Check built-in environments against the Environment contract (all of them by default).
+    CheckEnv(CheckEnvArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckEnvArgs {
+    /// Not read: `check-env` takes the environment by name.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Environments to check (default: every built-in one).
+    #[arg(value_name = "NAME")]
+    pub names: Vec<String>,
+    /// Episodes played with random legal actions per environment.
+    #[arg(long, default_value_t = 10)]
+    pub episodes: usize,
 }
 
 #[derive(Debug, Args)]

@@ -24,7 +24,8 @@ mod input;
 
 pub use args::Cli;
 use args::{
-    AgentPlays, BenchmarkArgs, Command, ConfigArgs, EvalArgs, PlayArgs, PlotArgs, TrainArgs,
+    AgentPlays, BenchmarkArgs, CheckEnvArgs, Command, ConfigArgs, EvalArgs, PlayArgs, PlotArgs,
+    TrainArgs,
 };
 use console::ConsoleSink;
 use input::{dedicated_flags, explicit_keys, load_agent, warn_ignored_keys};
@@ -96,6 +97,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Play(args) => run_play(&config_args, args),
         Command::Benchmark(args) => run_benchmark(&config_args, args),
         Command::Plot(args) => run_plot(&config_args, args),
+        Command::CheckEnv(args) => run_check_env(&config_args, args),
     }
 }
 
@@ -426,5 +428,42 @@ fn run_plot(config_args: &ConfigArgs, args: PlotArgs) -> Result<()> {
     };
     cumind::plot::draw(&runs, &args.out, &font)?;
     println!("{} runs drawn into {}", runs.len(), args.out.display());
+    Ok(())
+}
+
+fn run_check_env(config_args: &ConfigArgs, args: CheckEnvArgs) -> Result<()> {
+    if !config_args.files.is_empty() || !config_args.sets.is_empty() {
+        bail!("`check-env` takes environments by name; --config and --set would have no effect");
+    }
+    let names: Vec<String> = if args.names.is_empty() {
+        cumind_envs::names().iter().map(|n| n.to_string()).collect()
+    } else {
+        args.names.clone()
+    };
+    let options = cumind_envs::CheckOptions {
+        episodes: args.episodes.max(1),
+        ..Default::default()
+    };
+    let mut failed = Vec::new();
+    for name in &names {
+        let mut env = cumind_envs::make(name)?;
+        let violations = cumind_envs::check_env_with(env.as_mut(), &options);
+        if violations.is_empty() {
+            println!("{name}: ok ({} episodes)", options.episodes);
+        } else {
+            println!("{name}: {} problem(s)", violations.len());
+            for v in &violations {
+                println!("  {v}");
+            }
+            failed.push(name.clone());
+        }
+    }
+    if !failed.is_empty() {
+        bail!(
+            "{} environment(s) broke the contract: {}",
+            failed.len(),
+            failed.join(", ")
+        );
+    }
     Ok(())
 }
