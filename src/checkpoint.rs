@@ -4,7 +4,7 @@
 //! Layout under a run directory:
 //! ```text
 //! <run>/step-000001234/{metadata.json, model.safetensors, target.safetensors,
-//!                       optimizer.safetensors, replay.json}
+//!                       optimizer.safetensors, replay.safetensors}
 //! <run>/latest          -> "step-000001234"
 //! ```
 //! Every checkpoint is written into a temporary directory that is renamed into place, and
@@ -37,7 +37,10 @@ const METADATA: &str = "metadata.json";
 const MODEL: &str = "model.safetensors";
 const TARGET: &str = "target.safetensors";
 const OPTIMIZER: &str = "optimizer.safetensors";
-const REPLAY: &str = "replay.json";
+/// The replay snapshot, binary (see `replay/binary.rs`).
+const REPLAY: &str = "replay.safetensors";
+/// The replay snapshot of checkpoints written before the binary form; still read.
+const REPLAY_JSON: &str = "replay.json";
 const LATEST: &str = "latest";
 /// Checkpoints kept per run (older ones are deleted after a new one is in place).
 pub const KEEP: usize = 2;
@@ -220,11 +223,11 @@ fn write_step(
     let mut files = BTreeMap::new();
     if let Some(replay) = data.replay {
         let path = tmp.join(REPLAY);
-        let json = serde_json::to_vec(replay).map_err(|e| CheckpointError::Corrupt {
+        let bytes = replay.to_binary().map_err(|e| CheckpointError::Corrupt {
             path: path.display().to_string(),
             reason: format!("cannot serialise the replay buffer: {e}"),
         })?;
-        write_synced(&path, &json)?;
+        write_synced(&path, &bytes)?;
     }
     for file in [MODEL, TARGET, OPTIMIZER, REPLAY] {
         let path = tmp.join(file);
@@ -489,8 +492,16 @@ pub fn load(path: &Path, device: &Device) -> Result<Checkpoint, CheckpointError>
     let replay = if metadata.files.contains_key(REPLAY) {
         let bytes = verified_bytes(&dir, REPLAY, &metadata)?;
         Some(
-            serde_json::from_slice(&bytes).map_err(|e| CheckpointError::Corrupt {
+            ReplayBuffer::from_binary(&bytes).map_err(|e| CheckpointError::Corrupt {
                 path: dir.join(REPLAY).display().to_string(),
+                reason: e.to_string(),
+            })?,
+        )
+    } else if metadata.files.contains_key(REPLAY_JSON) {
+        let bytes = verified_bytes(&dir, REPLAY_JSON, &metadata)?;
+        Some(
+            serde_json::from_slice(&bytes).map_err(|e| CheckpointError::Corrupt {
+                path: dir.join(REPLAY_JSON).display().to_string(),
                 reason: e.to_string(),
             })?,
         )
@@ -544,6 +555,7 @@ mod tests {
             per_beta: 1.0,
             per_epsilon: 1e-3,
             two_player: false,
+            max_bytes: 0,
             symmetries: Vec::new(),
         });
         r.save_game(scripted_game(&[1.0, 1.0], &[0.5, 0.4], &[0; 3], true, 0.0))
@@ -624,16 +636,15 @@ mod tests {
 
     #[test]
     fn truncated_file_is_named_in_the_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let step_dir = write(dir.path(), 1, &replay());
-        let model = step_dir.join(MODEL);
-        let bytes = std::fs::read(&model).unwrap();
-        std::fs::write(&model, &bytes[..bytes.len() / 2]).unwrap();
-        let err = load(dir.path(), &Device::Cpu).err().unwrap().to_string();
-        assert!(
-            err.contains("model.safetensors") && err.contains("truncated"),
-            "{err}"
-        );
+        for file in [MODEL, REPLAY] {
+            let dir = tempfile::tempdir().unwrap();
+            let step_dir = write(dir.path(), 1, &replay());
+            let path = step_dir.join(file);
+            let bytes = std::fs::read(&path).unwrap();
+            std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+            let err = load(dir.path(), &Device::Cpu).err().unwrap().to_string();
+            assert!(err.contains(file) && err.contains("truncated"), "{err}");
+        }
     }
 
     #[test]
@@ -646,7 +657,10 @@ mod tests {
         bytes[mid] ^= 0x01;
         std::fs::write(&path, &bytes).unwrap();
         let err = load(dir.path(), &Device::Cpu).err().unwrap().to_string();
-        assert!(err.contains("replay.json") && err.contains("CRC"), "{err}");
+        assert!(
+            err.contains("replay.safetensors") && err.contains("CRC"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -747,5 +761,31 @@ mod tests {
             .file_name()
             .to_string_lossy()
             .starts_with(".tmp")));
+    }
+
+    #[test]
+    fn a_checkpoint_with_the_older_json_replay_snapshot_still_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = replay();
+        let step_dir = write(dir.path(), 1, &r);
+        // Turn it into what earlier builds wrote: replay.json, with its digest.
+        std::fs::remove_file(step_dir.join(REPLAY)).unwrap();
+        let json = serde_json::to_vec(&r).unwrap();
+        std::fs::write(step_dir.join(REPLAY_JSON), &json).unwrap();
+        let meta_path = step_dir.join(METADATA);
+        let mut meta: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&meta_path).unwrap()).unwrap();
+        let files = meta["files"].as_object_mut().unwrap();
+        files.remove(REPLAY);
+        files.insert(
+            REPLAY_JSON.to_string(),
+            serde_json::json!({"bytes": json.len(), "crc32": crc32fast::hash(&json)}),
+        );
+        std::fs::write(&meta_path, serde_json::to_vec(&meta).unwrap()).unwrap();
+        let loaded = load(dir.path(), &Device::Cpu).unwrap().replay.unwrap();
+        assert_eq!(
+            serde_json::to_string(&loaded).unwrap(),
+            serde_json::to_string(&r).unwrap()
+        );
     }
 }

@@ -83,6 +83,7 @@ pub fn replay_config(config: &Config, env: &EnvInfo) -> ReplayConfig {
         per_beta: mem.per_beta as f32,
         per_epsilon: mem.per_epsilon as f32,
         two_player: env.num_players > 1,
+        max_bytes: (mem.memory_budget_mb * 1e6) as usize,
         symmetries: if config.self_play.symmetry_augmentation {
             env.symmetries.clone()
         } else {

@@ -77,7 +77,7 @@ fn issue_13_sigterm_and_sighup_save_like_ctrl_c_and_the_run_resumes() {
 #[test]
 fn issue_13_a_write_that_fails_part_way_keeps_the_last_good_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
-    // Files may grow to 120 KiB: the first checkpoints fit, and replay.json outgrows the limit
+    // Files may grow to 120 KiB: the first checkpoints fit, and the replay snapshot outgrows it
     // as the buffer fills. SIGXFSZ is ignored, so the write fails with EFBIG instead of
     // killing the process.
     let cumind_args = [
@@ -109,7 +109,7 @@ fn issue_13_a_write_that_fails_part_way_keeps_the_last_good_checkpoint() {
         "the size limit was never reached:\n{t}"
     );
     assert!(
-        t.contains("replay.json") && t.contains("File too large"),
+        t.contains("replay.safetensors") && t.contains("File too large"),
         "the error must name the file and the cause:\n{t}"
     );
 

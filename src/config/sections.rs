@@ -194,6 +194,9 @@ pub struct MemoryConfig {
     pub per_epsilon: f64,
     /// Importance-sampling exponent.
     pub per_beta: f64,
+    /// Megabytes (10^6 bytes) the replay buffer's games may occupy (0: no limit); the oldest
+    /// games are evicted past it, as past `memory_capacity` transitions.
+    pub memory_budget_mb: f64,
 }
 
 /// "Data Types".

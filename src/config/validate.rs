@@ -171,6 +171,7 @@ impl Config {
         within("memory.per_alpha", mem.per_alpha, 0.0, 10.0)?;
         within("memory.per_epsilon", mem.per_epsilon, 0.0, 1.0)?;
         within("memory.per_beta", mem.per_beta, 0.0, 1.0)?;
+        within("memory.memory_budget_mb", mem.memory_budget_mb, 0.0, 1e9)?;
 
         let dev = &self.device;
         at_least("device.num_devices", dev.num_devices, 1)?;

@@ -25,6 +25,22 @@ pub(super) struct StoredGame {
     pub(super) game: GameHistory,
 }
 
+impl StoredGame {
+    /// Bytes of a game's stored vectors, with its priorities.
+    pub(super) fn bytes_of(game: &GameHistory) -> usize {
+        let f32s = game.observations.len()
+            + game.rewards.len()
+            + game.root_values.len()
+            + game.policies.len()
+            + game.len();
+        f32s * 4 + game.actions.len() * std::mem::size_of::<usize>() + game.to_play.len()
+    }
+
+    pub(super) fn bytes(&self) -> usize {
+        Self::bytes_of(&self.game)
+    }
+}
+
 /// Prioritized replay of whole games. Serialize/Deserialize (in `snapshot.rs`: the sum tree
 /// is rebuilt and the snapshot checked on load; sampling with the same seed gives the same
 /// batches).
@@ -38,6 +54,8 @@ pub struct ReplayBuffer {
     /// Slot where the next game starts.
     pub(super) write_slot: usize,
     pub(super) num_transitions: usize,
+    /// Bytes the stored games occupy ([`StoredGame::bytes`] summed).
+    pub(super) bytes: usize,
     pub(super) next_game_id: u64,
     /// `(obs_len, num_actions)` fixed by the first game ever saved.
     pub(super) dims: Option<(usize, usize)>,
@@ -53,9 +71,16 @@ impl ReplayBuffer {
             tree,
             write_slot: 0,
             num_transitions: 0,
+            bytes: 0,
             next_game_id: 0,
             dims: None,
         }
+    }
+
+    /// Bytes the stored games occupy (their vectors' contents; what `memory.memory_budget_mb`
+    /// limits).
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     pub fn config(&self) -> &ReplayConfig {
@@ -65,6 +90,11 @@ impl ReplayBuffer {
     /// Changes the importance-sampling exponent (for annealing).
     pub fn set_per_beta(&mut self, beta: f32) {
         self.config.per_beta = beta;
+    }
+
+    /// Change the memory budget in bytes (0: none); takes effect at the next saved game.
+    pub fn set_max_bytes(&mut self, max_bytes: usize) {
+        self.config.max_bytes = max_bytes;
     }
 
     /// The symmetries sampled positions are augmented with (empty: none).
@@ -129,7 +159,17 @@ impl ReplayBuffer {
                 capacity,
             });
         }
-        while self.num_transitions + t_len > capacity {
+        let new_bytes = StoredGame::bytes_of(&game);
+        let budget = self.config.max_bytes;
+        if budget > 0 && new_bytes > budget {
+            return Err(ReplayError::GameTooLarge {
+                bytes: new_bytes,
+                budget,
+            });
+        }
+        while self.num_transitions + t_len > capacity
+            || (budget > 0 && self.bytes + new_bytes > budget)
+        {
             self.evict_oldest();
         }
         let priorities: Vec<f32> = (0..t_len)
@@ -146,6 +186,7 @@ impl ReplayBuffer {
         }
         self.write_slot = (start + t_len) % capacity;
         self.num_transitions += t_len;
+        self.bytes += new_bytes;
         self.dims = Some((game.obs_len, game.num_actions));
         self.games.push_back(StoredGame {
             id: self.next_game_id,
@@ -164,6 +205,7 @@ impl ReplayBuffer {
                 self.tree.set((old.start + t) % capacity, 0.0);
             }
             self.num_transitions -= old.game.len();
+            self.bytes -= old.bytes();
         }
     }
 

@@ -243,3 +243,32 @@ fn errors() {
     .to_string()
     .contains('5'));
 }
+
+#[test]
+fn a_memory_budget_evicts_the_oldest_games_by_bytes() {
+    let game_bytes = {
+        let mut probe = ReplayBuffer::new(replay_config(100, 3, 2, 0.5));
+        probe.save_game(five_step_game(false)).unwrap();
+        probe.bytes()
+    };
+    assert!(game_bytes > 0);
+    // Room for two games by bytes, ten by transitions.
+    let mut cfg = replay_config(100, 3, 2, 0.5);
+    cfg.max_bytes = 2 * game_bytes + game_bytes / 2;
+    let mut buffer = ReplayBuffer::new(cfg);
+    for _ in 0..3 {
+        buffer.save_game(five_step_game(false)).unwrap();
+    }
+    assert_eq!(buffer.num_games(), 2);
+    assert_eq!(buffer.bytes(), 2 * game_bytes);
+    assert!(
+        buffer.priority(PositionId::new(0, 0)).is_none(),
+        "oldest game evicted"
+    );
+    assert!(buffer.priority(PositionId::new(2, 0)).is_some());
+    // A game larger than the whole budget is refused with both numbers.
+    buffer.set_max_bytes(game_bytes / 2);
+    let err = buffer.save_game(five_step_game(false)).unwrap_err();
+    assert!(matches!(err, ReplayError::GameTooLarge { .. }), "{err}");
+    assert!(err.to_string().contains(&(game_bytes / 2).to_string()));
+}

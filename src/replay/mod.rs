@@ -66,6 +66,7 @@ use thiserror::Error;
 
 mod augment;
 mod batch;
+mod binary;
 mod buffer;
 mod game;
 mod snapshot;
@@ -123,6 +124,9 @@ pub enum ReplayError {
     /// A position id names no stored position (used by `batch_from_ids`).
     #[error("position {position} of game {game} is not in the buffer")]
     UnknownPosition { game: u64, position: usize },
+    /// A single game is larger than the memory budget.
+    #[error("a game of {bytes} bytes does not fit in the replay memory budget of {budget} bytes")]
+    GameTooLarge { bytes: usize, budget: usize },
     /// A deserialized buffer is internally inconsistent.
     #[error("corrupt replay buffer snapshot: {0}")]
     Corrupt(String),
@@ -146,9 +150,17 @@ pub struct ReplayConfig {
     pub per_epsilon: f32,
     /// Sign rewards and values relative to the player to move (two-player zero-sum games).
     pub two_player: bool,
+    /// Bytes the stored games may occupy (0: no limit); the oldest games are evicted when a
+    /// new one would exceed it, as when the capacity in transitions is reached.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub max_bytes: usize,
     /// The game's symmetries (identity excluded): each sampled position is seen through one
     /// of them or the identity, uniformly at random. Not stored in snapshots: the trainer sets
     /// them from the environment.
     #[serde(skip)]
     pub symmetries: Vec<cumind_envs::Symmetry>,
+}
+
+fn is_zero(value: &usize) -> bool {
+    *value == 0
 }

@@ -25,12 +25,12 @@ struct SnapshotRef<'a> {
 
 /// What `Deserialize` reads: the fields of [`SnapshotRef`], owned, not yet checked.
 #[derive(Deserialize)]
-struct Snapshot {
-    config: ReplayConfig,
-    games: VecDeque<StoredGame>,
-    write_slot: usize,
-    next_game_id: u64,
-    dims: Option<(usize, usize)>,
+pub(super) struct Snapshot {
+    pub(super) config: ReplayConfig,
+    pub(super) games: VecDeque<StoredGame>,
+    pub(super) write_slot: usize,
+    pub(super) next_game_id: u64,
+    pub(super) dims: Option<(usize, usize)>,
 }
 
 impl Serialize for ReplayBuffer {
@@ -55,7 +55,7 @@ impl<'de> Deserialize<'de> for ReplayBuffer {
 
 impl ReplayBuffer {
     /// Rebuilds a buffer from a snapshot, checking its consistency.
-    fn from_snapshot(s: Snapshot) -> Result<Self, ReplayError> {
+    pub(super) fn from_snapshot(s: Snapshot) -> Result<Self, ReplayError> {
         let corrupt = |msg: String| ReplayError::Corrupt(msg);
         let mut buffer = ReplayBuffer::new(s.config);
         let capacity = buffer.config.capacity;
@@ -93,6 +93,7 @@ impl ReplayBuffer {
                 return Err(ReplayError::InvalidPriority { value });
             }
             buffer.num_transitions += t_len;
+            buffer.bytes += g.bytes();
             if buffer.num_transitions > capacity {
                 return Err(corrupt("more transitions than capacity".into()));
             }

@@ -23,6 +23,7 @@ pub fn replay_config(
         per_beta: 1.0,
         per_epsilon: 0.01,
         two_player: false,
+        max_bytes: 0,
         symmetries: Vec::new(),
     }
 }

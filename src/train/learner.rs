@@ -382,6 +382,7 @@ mod tests {
             per_beta: 1.0,
             per_epsilon: 1e-3,
             two_player: false,
+            max_bytes: 0,
             symmetries: Vec::new(),
         });
         for _ in 0..5 {

@@ -81,6 +81,8 @@ struct TrainingRun<'a> {
     last_stats: Option<TrainStats>,
     last_eval: Option<Evaluation>,
     timing: Timing,
+    /// Whether the replay memory budget has been reported as reached.
+    budget_reached: bool,
 }
 
 /// Wall-clock seconds spent in each phase of this segment of the run.
@@ -211,8 +213,11 @@ impl<'a> TrainingRun<'a> {
                 let mut replay = ckpt
                     .replay
                     .unwrap_or_else(|| ReplayBuffer::new(components::replay_config(config, &env)));
-                // Snapshots do not store the symmetries: they come from the environment.
-                replay.set_symmetries(components::replay_config(config, &env).symmetries);
+                // Snapshots do not store the symmetries (they come from the environment), and a
+                // resumed run may change its memory budget.
+                let fresh = components::replay_config(config, &env);
+                replay.set_symmetries(fresh.symmetries);
+                replay.set_max_bytes(fresh.max_bytes);
                 let run_dir = ckpt
                     .dir
                     .parent()
@@ -238,6 +243,7 @@ impl<'a> TrainingRun<'a> {
             last_stats: None,
             last_eval: None,
             timing: Timing::default(),
+            budget_reached: false,
         })
     }
 
@@ -357,6 +363,11 @@ impl<'a> TrainingRun<'a> {
                     self.replay.num_transitions() as f64,
                     self.counters.env_steps,
                 );
+                sink.scalar(
+                    "replay/bytes",
+                    self.replay.bytes() as f64,
+                    self.counters.env_steps,
+                );
                 // The x axes of `cumind plot`: training steps and wall time per env step.
                 sink.scalar(
                     "progress/training_steps",
@@ -390,6 +401,17 @@ impl<'a> TrainingRun<'a> {
     ) -> Result<()> {
         for game in step.finished_games {
             self.replay.save_game(game)?;
+        }
+        let budget = self.replay.config().max_bytes;
+        if budget > 0 && !self.budget_reached && self.replay.bytes() as f64 >= 0.95 * budget as f64
+        {
+            self.budget_reached = true;
+            sink.log(&format!(
+                "replay memory budget reached: {:.1} MB of {:.1} MB in {} transitions; the oldest games are evicted from now on",
+                self.replay.bytes() as f64 / 1e6,
+                budget as f64 / 1e6,
+                self.replay.num_transitions()
+            ));
         }
         let at = self.counters.env_steps;
         for episode in &step.finished_episodes {
