@@ -31,9 +31,14 @@ use crate::selfplay::{evaluate, Actor, ActorPool, ActorPoolConfig, Evaluation};
 use crate::train::{Learner, TrainStats};
 
 mod error;
+mod naming;
+mod rate;
 mod schedule;
 
 pub use error::TrainError;
+pub use naming::planned_run_name;
+use naming::run_name;
+use rate::RateMeter;
 pub use schedule::Schedule;
 
 type Result<T, E = TrainError> = std::result::Result<T, E>;
@@ -95,31 +100,6 @@ pub struct Timing {
     pub checkpoints: f64,
     /// The last checkpoint save alone.
     pub last_save: f64,
-}
-
-/// The run's name: the resumed run's directory name, else `other.run_name`, else the
-/// environment name and the current Unix time.
-pub fn planned_run_name(config: &Config, resume: Option<&Path>) -> Result<String> {
-    if let Some(path) = resume {
-        let dir = checkpoint::resolve(path)?;
-        let run = dir
-            .parent()
-            .and_then(|p| p.file_name())
-            .map(|n| n.to_string_lossy().to_string());
-        return Ok(run.unwrap_or_else(|| run_name(config)));
-    }
-    Ok(run_name(config))
-}
-
-fn run_name(config: &Config) -> String {
-    if !config.other.run_name.is_empty() {
-        return config.other.run_name.clone();
-    }
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    format!("{}-{secs}", config.environment.env_name)
 }
 
 /// Train with `config` on `devices` (one model replica per device; at least one); scalars go
@@ -504,38 +484,4 @@ impl<'a> TrainingRun<'a> {
 enum Source {
     Synchronous(Box<Actor>),
     Threads(ActorPool),
-}
-
-/// Environment and training steps per second, measured about once a second.
-struct RateMeter {
-    since: Instant,
-    env_steps: u64,
-    training_steps: u64,
-}
-
-impl RateMeter {
-    fn new(counters: &Counters) -> Self {
-        Self {
-            since: Instant::now(),
-            env_steps: counters.env_steps,
-            training_steps: counters.training_steps,
-        }
-    }
-
-    /// The rates since the last report, once a second has passed.
-    fn tick(&mut self, counters: &Counters) -> Option<Progress> {
-        let seconds = self.since.elapsed().as_secs_f64();
-        if seconds < 1.0 {
-            return None;
-        }
-        let progress = Progress {
-            env_steps: counters.env_steps,
-            env_steps_per_second: (counters.env_steps - self.env_steps) as f64 / seconds,
-            training_steps_per_second: (counters.training_steps - self.training_steps) as f64
-                / seconds,
-            ..Default::default()
-        };
-        *self = Self::new(counters);
-        Some(progress)
-    }
 }
