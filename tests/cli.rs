@@ -2,12 +2,9 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{
-    assert_fails_with, cumind, latest_metadata, preset, run_in_place, sets, text, Watched,
-};
+use common::{assert_fails_with, cumind, latest_metadata, preset, run_in_place, sets, text};
 
 fn catch_preset() -> String {
     preset("catch.json")
@@ -316,33 +313,4 @@ fn check_env_passes_the_built_ins_and_refuses_unknown_names() {
         .output()
         .unwrap();
     assert_fails_with(&out, "Pong");
-}
-
-#[test]
-fn ctrl_c_saves_a_checkpoint_and_exits_cleanly() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = cumind(dir.path());
-    cmd.args(["--config", &catch_preset()])
-        .args(run_in_place("interrupted"))
-        .args(sets(&[
-            "training.checkpoint_interval=100000",
-            "training.max_env_steps=10000000",
-            // An evaluation line every 320 env steps tells the test that training is under way.
-            "training.eval_interval=320",
-            "training.eval_episodes=2",
-        ]))
-        .args(["train", "--no-progress"]);
-    let mut run = Watched::spawn(cmd);
-    // No periodic checkpoint will come before the interrupt.
-    run.wait_for_line("eval @ 640 env steps", Duration::from_secs(300));
-    let status = Command::new("kill")
-        .args(["-INT", &run.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let (status, t) = run.finish();
-    assert!(status.success(), "{t}");
-    assert!(t.contains("stopped: interrupted"), "{t}");
-    let meta = latest_metadata(&dir.path().join("ckpt/interrupted"));
-    assert!(meta["counters"]["env_steps"].as_u64().unwrap() >= 640);
 }
