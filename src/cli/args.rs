@@ -69,6 +69,10 @@ pub enum Command {
     /// Print the effective configuration as JSON (defaults <- --config <- CUMIND_* <- --set).
     Config(ConfigCommandArgs),
     /// Train an agent (default: CartPole-v1 on the CPU from the embedded configuration).
+    ///
+    /// SIGINT (Ctrl-C), SIGTERM and SIGHUP finish the current step, save a complete checkpoint
+    /// (about 0.1 s for a full 100,000-transition CartPole buffer) and exit 0; a second signal
+    /// exits at once, keeping the previous checkpoint as the latest.
     Train(TrainArgs),
     /// Play greedy episodes with a trained agent and print the mean and std of the return.
     Eval(EvalArgs),
