@@ -164,10 +164,10 @@ fn main() -> anyhow::Result<()> {
 
     // 1. Check it against the Environment contract, then register it under a name; from here
     //    on it is used by name.
-    let violations = cumind::envs::check_env(&mut GridWorld::new());
+    let report = cumind::envs::check_env(&mut GridWorld::new());
     anyhow::ensure!(
-        violations.is_empty(),
-        "GridWorld breaks the Environment contract: {violations:?}"
+        report.passed(),
+        "GridWorld breaks the Environment contract: {report}"
     );
     cumind::envs::register(NAME, || Box::new(GridWorld::new()))?;
 

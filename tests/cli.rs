@@ -306,11 +306,41 @@ fn check_env_passes_the_built_ins_and_refuses_unknown_names() {
     let t = text(&out);
     assert!(out.status.success(), "{t}");
     for name in cumind::envs::names() {
-        assert!(t.contains(&format!("{name}: ok")), "{t}");
+        assert!(t.contains(&format!("{name}: ok (10 episodes, ")), "{t}");
     }
     let out = cumind(dir.path())
-        .args(["check-env", "Pong"])
+        .args(["check-env", "TicTacToe", "--episodes", "3", "--seed", "5"])
         .output()
         .unwrap();
-    assert_fails_with(&out, "Pong");
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.starts_with("TicTacToe: ok (3 episodes, "), "{t}");
+    assert!(!t.contains("CartPole"), "{t}");
+    // An unknown name is refused before any environment is played.
+    let out = cumind(dir.path())
+        .args(["check-env", "Catch", "Pong"])
+        .output()
+        .unwrap();
+    assert_fails_with(&out, "unknown environment \"Pong\"");
+    assert!(!text(&out).contains("Catch: ok"), "{}", text(&out));
+}
+
+#[test]
+fn check_env_refuses_configuration_and_zero_episodes() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        &["check-env", "--set", "environment.env_name=Catch"][..],
+        &["--config", "agents/catch.json", "check-env"],
+    ] {
+        let out = cumind(dir.path()).args(args).output().unwrap();
+        assert_fails_with(
+            &out,
+            "reads no configuration; --config and --set would have no effect",
+        );
+    }
+    let out = cumind(dir.path())
+        .args(["check-env", "--episodes", "0"])
+        .output()
+        .unwrap();
+    assert_fails_with(&out, "--episodes 0 would check nothing");
 }

@@ -16,8 +16,9 @@
 //! recorded Gymnasium episodes). In the two-player games the observation is from the point of
 //! view of the player to move and the reward from the point of view of the player who just moved.
 //!
-//! [`make`] builds an environment by name and [`VectorEnv`] steps several in parallel with
-//! automatic resets.
+//! [`make`] builds an environment by name, [`VectorEnv`] steps several in parallel with
+//! automatic resets, and [`check_env`] plays one with random legal actions and reports every
+//! rule of the [`Environment`] contract it breaks.
 //!
 //! ```
 //! use cumind_envs::{make, Environment};
@@ -50,7 +51,7 @@ pub mod vector;
 
 pub use cartpole::CartPole;
 pub use catch::Catch;
-pub use check::{check_env, check_env_with, CheckOptions, Violation};
+pub use check::{check_env, check_env_with, CheckOptions, CheckReport, Violation};
 pub use connect_four::ConnectFour;
 pub use env::{EnvError, Environment, Info, Space, StepResult, Symmetry};
 pub use mountain_car::MountainCar;

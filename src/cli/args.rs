@@ -82,21 +82,25 @@ pub enum Command {
     Benchmark(BenchmarkArgs),
     /// Draw learning curves of one or more runs (their log directories) into a PNG.
     Plot(PlotArgs),
-    /// Check built-in environments against the Environment contract (all of them by default).
+    /// Check built-in environments against the Environment contract (all of them by default;
+    /// reads no configuration, so --config and --set are refused).
     CheckEnv(CheckEnvArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct CheckEnvArgs {
-    /// Not read: `check-env` takes the environment by name.
+    /// Not read: `check-env` takes the environments by name, not from the configuration.
     #[command(flatten)]
     pub config: ConfigArgs,
-    /// Environments to check (default: every built-in one).
+    /// Environments to check (default: every built-in one; `environment.env_name` is not read).
     #[arg(value_name = "NAME")]
     pub names: Vec<String>,
-    /// Episodes played with random legal actions per environment.
+    /// Episodes played with random legal actions per environment (at least 1).
     #[arg(long, default_value_t = 10)]
     pub episodes: usize,
+    /// Seed of the random actions; episode i starts with reset(seed + i).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
 }
 
 #[derive(Debug, Args)]

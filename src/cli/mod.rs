@@ -433,29 +433,35 @@ fn run_plot(config_args: &ConfigArgs, args: PlotArgs) -> Result<()> {
 
 fn run_check_env(config_args: &ConfigArgs, args: CheckEnvArgs) -> Result<()> {
     if !config_args.files.is_empty() || !config_args.sets.is_empty() {
-        bail!("`check-env` takes environments by name; --config and --set would have no effect");
+        bail!(
+            "`check-env` takes environments by name (default: every built-in one) and reads no \
+             configuration; --config and --set would have no effect"
+        );
+    }
+    if args.episodes == 0 {
+        bail!("--episodes 0 would check nothing: give at least 1");
     }
     let names: Vec<String> = if args.names.is_empty() {
         cumind_envs::names().iter().map(|n| n.to_string()).collect()
     } else {
         args.names.clone()
     };
+    // Every name is known before any environment is played.
+    let mut envs = names
+        .iter()
+        .map(|name| cumind_envs::make(name))
+        .collect::<Result<Vec<_>, _>>()?;
     let options = cumind_envs::CheckOptions {
-        episodes: args.episodes.max(1),
+        episodes: args.episodes,
+        seed: args.seed,
         ..Default::default()
     };
     let mut failed = Vec::new();
-    for name in &names {
-        let mut env = cumind_envs::make(name)?;
-        let violations = cumind_envs::check_env_with(env.as_mut(), &options);
-        if violations.is_empty() {
-            println!("{name}: ok ({} episodes)", options.episodes);
-        } else {
-            println!("{name}: {} problem(s)", violations.len());
-            for v in &violations {
-                println!("  {v}");
-            }
-            failed.push(name.clone());
+    for (name, env) in names.iter().zip(&mut envs) {
+        let report = cumind_envs::check_env_with(env.as_mut(), &options);
+        println!("{name}: {report}");
+        if !report.passed() {
+            failed.push(name.as_str());
         }
     }
     if !failed.is_empty() {
