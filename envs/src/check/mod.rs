@@ -49,104 +49,20 @@
 //! assert_eq!(report.episodes, 10);
 //! ```
 
-use std::any::Any;
-use std::fmt;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+mod compare;
+mod report;
+
+use compare::*;
+pub use report::{CheckOptions, CheckReport, Violation};
 
 use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
 
-use crate::env::{EnvError, Environment, Info, Space, StepResult};
+use crate::env::{Environment, Space, StepResult};
 
 /// Steps replayed after each seeded reset to compare two trajectories.
 const REPLAYED_STEPS: usize = 5;
-
-/// How long to play and how much to try.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CheckOptions {
-    /// Episodes played with random legal actions (episode `i` starts with
-    /// `reset(Some(seed + i))`).
-    pub episodes: usize,
-    /// Steps after which an episode without a time limit counts as endless (and at which a
-    /// longer time limit stops the episode without a violation).
-    pub max_steps: usize,
-    /// Actions tried on copies at every step besides the one played (the out-of-range action
-    /// `n` is always tried too); every action when the action space has at most this many.
-    pub probes: usize,
-    /// Seed of the random actions and of the resets.
-    pub seed: u64,
-}
-
-impl Default for CheckOptions {
-    fn default() -> Self {
-        Self {
-            episodes: 10,
-            max_steps: 10_000,
-            probes: 16,
-            seed: 0,
-        }
-    }
-}
-
-/// One broken rule.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
-    /// Which check (see the module docs), e.g. `"reset_seed"`.
-    pub check: &'static str,
-    /// What was wrong, with the values involved.
-    pub message: String,
-}
-
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.check, self.message)
-    }
-}
-
-/// What [`check_env`] found: every broken rule, and how much it played.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CheckReport {
-    /// Every broken rule, once per check, in the order found; empty if the environment passed.
-    pub violations: Vec<Violation>,
-    /// Episodes played (including any a violation cut short).
-    pub episodes: usize,
-    /// Steps played in those episodes (not counting the replays and the copies).
-    pub steps: usize,
-}
-
-impl CheckReport {
-    /// Whether no rule was broken.
-    pub fn passed(&self) -> bool {
-        self.violations.is_empty()
-    }
-
-    /// The violation of `check` (e.g. `"observation"`), if that rule was broken.
-    pub fn violation(&self, check: &str) -> Option<&Violation> {
-        self.violations.iter().find(|v| v.check == check)
-    }
-
-    fn add(&mut self, check: &'static str, message: String) {
-        if self.violation(check).is_none() {
-            self.violations.push(Violation { check, message });
-        }
-    }
-}
-
-/// `ok (10 episodes, 96 steps)`, or the number of problems followed by one indented line each.
-impl fmt::Display for CheckReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let played = format!("{} episodes, {} steps", self.episodes, self.steps);
-        if self.passed() {
-            return write!(f, "ok ({played})");
-        }
-        write!(f, "{} problem(s) ({played})", self.violations.len())?;
-        for v in &self.violations {
-            write!(f, "\n  {v}")?;
-        }
-        Ok(())
-    }
-}
 
 /// Check `env` with the default options.
 pub fn check_env(env: &mut dyn Environment) -> CheckReport {
@@ -197,179 +113,6 @@ pub fn check_env_with(env: &mut dyn Environment, options: &CheckOptions) -> Chec
         checker.play_episode(env);
     }
     checker.report
-}
-
-/// Why a box's bounds are malformed, if they are.
-fn bounds_problem(low: &[f32], high: &[f32], shape: &[usize]) -> Option<String> {
-    let len: usize = shape.iter().product();
-    if low.len() != len || high.len() != len {
-        return Some(format!(
-            "shape {shape:?} has {len} elements but low has {} bounds and high {}",
-            low.len(),
-            high.len()
-        ));
-    }
-    let i = (0..len).find(|&i| low[i].is_nan() || high[i].is_nan() || low[i] > high[i])?;
-    Some(format!(
-        "element {i} has low {} and high {} (low must be at most high, neither NaN)",
-        low[i], high[i]
-    ))
-}
-
-/// What one call to `step` did.
-#[derive(Debug, Clone)]
-enum Outcome {
-    Accepted(StepResult),
-    Refused(EnvError),
-    Panicked(String),
-}
-
-impl Outcome {
-    fn describe(&self) -> String {
-        match self {
-            Outcome::Accepted(_) => "accepted".to_string(),
-            Outcome::Refused(e) => format!("refused ({e})"),
-            Outcome::Panicked(message) => format!("panicked ({message})"),
-        }
-    }
-
-    /// `describe` after a subject: "was accepted", "was refused (...)", "panicked (...)".
-    fn predicate(&self) -> String {
-        match self {
-            Outcome::Panicked(_) => self.describe(),
-            _ => format!("was {}", self.describe()),
-        }
-    }
-}
-
-/// `env.step(action)`, with a panic caught.
-fn try_step(env: &mut dyn Environment, action: usize) -> Outcome {
-    match catch_unwind(AssertUnwindSafe(|| env.step(action))) {
-        Ok(Ok(result)) => Outcome::Accepted(result),
-        Ok(Err(e)) => Outcome::Refused(e),
-        Err(payload) => Outcome::Panicked(panic_message(payload.as_ref())),
-    }
-}
-
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic without a message".to_string()
-    }
-}
-
-fn same_f32(a: f32, b: f32) -> bool {
-    a == b || (a.is_nan() && b.is_nan())
-}
-
-fn same_f64(a: f64, b: f64) -> bool {
-    a == b || (a.is_nan() && b.is_nan())
-}
-
-/// How observation `b` differs from `a` ("element 3: 0 then 1"), if it does.
-fn observation_difference(a: &[f32], b: &[f32]) -> Option<String> {
-    if a.len() != b.len() {
-        return Some(format!("{} values then {}", a.len(), b.len()));
-    }
-    let i = (0..a.len()).find(|&i| !same_f32(a[i], b[i]))?;
-    Some(format!("element {i}: {} then {}", a[i], b[i]))
-}
-
-fn info_difference(a: &Info, b: &Info) -> Option<String> {
-    let same = a.len() == b.len()
-        && a.iter()
-            .zip(b)
-            .all(|((ka, va), (kb, vb))| ka == kb && same_f64(*va, *vb));
-    (!same).then(|| format!("info {a:?} then {b:?}"))
-}
-
-fn step_difference(a: &StepResult, b: &StepResult) -> Option<String> {
-    if let Some(d) = observation_difference(&a.observation, &b.observation) {
-        Some(format!("observation {d}"))
-    } else if !same_f64(a.reward, b.reward) {
-        Some(format!("reward {} then {}", a.reward, b.reward))
-    } else if a.terminated != b.terminated {
-        Some(format!("terminated {} then {}", a.terminated, b.terminated))
-    } else if a.truncated != b.truncated {
-        Some(format!("truncated {} then {}", a.truncated, b.truncated))
-    } else {
-        info_difference(&a.info, &b.info)
-    }
-}
-
-fn outcome_difference(a: &Outcome, b: &Outcome) -> Option<String> {
-    match (a, b) {
-        (Outcome::Accepted(x), Outcome::Accepted(y)) => step_difference(x, y),
-        (Outcome::Refused(x), Outcome::Refused(y)) if x == y => None,
-        (Outcome::Panicked(_), Outcome::Panicked(_)) => None,
-        _ => Some(format!("{} then {}", a.describe(), b.describe())),
-    }
-}
-
-/// How a replay (`actions_b` giving `steps_b`) differs from the first play, if it does.
-fn trajectory_difference(
-    actions_a: &[usize],
-    steps_a: &[Outcome],
-    actions_b: &[usize],
-    steps_b: &[Outcome],
-) -> Option<String> {
-    for k in 0..actions_a.len().min(actions_b.len()) {
-        if actions_a[k] != actions_b[k] {
-            return Some(format!(
-                "the same random choice among the legal actions picked {} then {} at step {} \
-                 (after the actions {:?}: the legal actions differ)",
-                actions_a[k],
-                actions_b[k],
-                k + 1,
-                &actions_a[..k]
-            ));
-        }
-        if let Some(d) = outcome_difference(&steps_a[k], &steps_b[k]) {
-            return Some(format!(
-                "the actions {:?} gave a different step {}: {d}",
-                &actions_a[..=k],
-                k + 1
-            ));
-        }
-    }
-    (actions_a.len() != actions_b.len()).then(|| {
-        format!(
-            "the same steps left no legal action after {} steps, then after {}",
-            actions_a.len(),
-            actions_b.len()
-        )
-    })
-}
-
-/// The legal actions by the mask (by `legal_actions()` if the mask has the wrong length).
-fn legal_of(env: &dyn Environment, n: usize) -> Vec<usize> {
-    let mask = env.legal_action_mask();
-    if mask.len() == n {
-        (0..n).filter(|&a| mask[a]).collect()
-    } else {
-        env.legal_actions().into_iter().filter(|&a| a < n).collect()
-    }
-}
-
-/// Why `map` is not a permutation of `0..len`, if it is not.
-fn permutation_problem(map: &[usize], len: usize) -> Option<String> {
-    if map.len() != len {
-        return Some(format!("has {} entries, expected {len}", map.len()));
-    }
-    let mut seen = vec![false; len];
-    for (i, &j) in map.iter().enumerate() {
-        if j >= len {
-            return Some(format!("has entry {i} = {j}, outside 0..{len}"));
-        }
-        if seen[j] {
-            return Some(format!("is not a permutation: {j} appears twice"));
-        }
-        seen[j] = true;
-    }
-    None
 }
 
 struct Checker {
@@ -708,34 +451,10 @@ impl Checker {
     }
 }
 
-/// How `after` (a copy that refused a step) differs from `before` (the untouched original):
-/// `to_play()`, the mask, `render()`, and then `action` against `expected` (what `action`
-/// gives on an untouched copy).
-fn state_difference(
-    before: &dyn Environment,
-    after: &mut dyn Environment,
-    action: usize,
-    expected: &Outcome,
-) -> Option<String> {
-    let (p0, p1) = (before.to_play(), after.to_play());
-    if p0 != p1 {
-        return Some(format!("to_play() {p0} before, {p1} after"));
-    }
-    let (m0, m1) = (before.legal_action_mask(), after.legal_action_mask());
-    if m0 != m1 {
-        return Some(format!("legal_action_mask() {m0:?} before, {m1:?} after"));
-    }
-    let (r0, r1) = (before.render(), after.render());
-    if r0 != r1 {
-        return Some(format!("render() {r0:?} before, {r1:?} after"));
-    }
-    outcome_difference(expected, &try_step(after, action))
-        .map(|d| format!("step({action}) gives on it and on an untouched copy: {d}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::env::Info;
     use crate::{make, names};
 
     #[test]
