@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 
 use candle_core::Tensor;
 use rand::rngs::StdRng;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 
 use cumind_envs::{EnvError, EpisodeStats, VectorEnv};
 
@@ -62,6 +62,10 @@ pub struct Actor {
     num_actions: usize,
     obs_len: usize,
     segment_length: usize,
+    /// Most random plies that open a game (0: none); see [`Actor::with_random_opening`].
+    opening_plies: usize,
+    /// Random plies still to play in each environment's current game.
+    opening_left: Vec<usize>,
 }
 
 impl Actor {
@@ -92,7 +96,31 @@ impl Actor {
             num_actions,
             obs_len,
             segment_length,
+            opening_plies: 0,
+            opening_left: vec![0; num_envs],
         })
+    }
+
+    /// Open every game with a number of uniformly random legal moves drawn uniformly from
+    /// `0..=plies`, played by both sides and not stored: the game enters replay from the
+    /// position they lead to, so the agent learns positions its own play would not reach (in a
+    /// two-player game, the replies to openings its first player never plays) without the
+    /// random moves biasing any stored value target. 0 (the default) draws nothing from the
+    /// random stream, so runs without it are unchanged.
+    pub fn with_random_opening(mut self, plies: usize) -> Self {
+        self.opening_plies = plies;
+        for i in 0..self.opening_left.len() {
+            self.opening_left[i] = self.draw_opening();
+        }
+        self
+    }
+
+    fn draw_opening(&mut self) -> usize {
+        if self.opening_plies == 0 {
+            0
+        } else {
+            self.rng.random_range(0..=self.opening_plies)
+        }
     }
 
     pub fn num_envs(&self) -> usize {
@@ -112,7 +140,14 @@ impl Actor {
         let masks: Vec<bool> = self.envs.legal_action_masks().concat();
         let mut model = SearchModel::new(network);
         let out = run_search(&mut model, search, &flat, n, &masks, true, &mut self.rng)?;
-        let actions: Vec<usize> = choose_actions(&out, &masks, temperature, &mut self.rng);
+        let mut actions: Vec<usize> = choose_actions(&out, &masks, temperature, &mut self.rng);
+        // Environments still in their random opening play a random legal move instead.
+        let opening: Vec<bool> = self.opening_left.iter().map(|&left| left > 0).collect();
+        for i in (0..n).filter(|&i| opening[i]) {
+            let legal: Vec<usize> = (0..a).filter(|&j| masks[i * a + j]).collect();
+            actions[i] = legal[self.rng.random_range(0..legal.len())];
+            self.opening_left[i] -= 1;
+        }
         let result = self.envs.step(&actions)?;
         let to_play = self.envs.to_play();
         let mut step = ActorStep {
@@ -141,6 +176,22 @@ impl Actor {
             } else {
                 to_play[i] as u8
             };
+            if opening[i] {
+                // Not stored: the game starts again from the position the move leads to (or
+                // from the new episode, with a new opening, if the move ended the game).
+                if ended {
+                    self.opening_left[i] = self.draw_opening();
+                    self.games[i] = GameHistory::new(
+                        self.obs_len,
+                        a,
+                        &result.observations[i],
+                        to_play[i] as u8,
+                    );
+                } else {
+                    self.games[i] = GameHistory::new(self.obs_len, a, &next_obs, next_to_play);
+                }
+                continue;
+            }
             self.games[i].push(
                 actions[i],
                 result.rewards[i] as f32,
@@ -150,6 +201,7 @@ impl Actor {
                 next_to_play,
             );
             if let Some(stats) = &result.finished[i] {
+                self.opening_left[i] = self.draw_opening();
                 let fresh =
                     GameHistory::new(self.obs_len, a, &result.observations[i], to_play[i] as u8);
                 let mut game = std::mem::replace(&mut self.games[i], fresh);
@@ -333,6 +385,8 @@ pub struct ActorPoolConfig {
     pub seed: u64,
     /// Games longer than this enter replay in segments (0: whole games).
     pub segment_length: usize,
+    /// Most random plies opening each game (see [`Actor::with_random_opening`]).
+    pub random_opening_plies: usize,
     pub search: SearchConfig,
 }
 
@@ -371,6 +425,7 @@ impl ActorPool {
             num_envs,
             seed,
             segment_length,
+            random_opening_plies,
             search,
         } = config;
         let (num_actors, num_envs, seed, segment_length) =
@@ -385,7 +440,8 @@ impl ActorPool {
                 num_envs,
                 seed.wrapping_add(i as u64 * 1_000_003),
                 segment_length,
-            )?;
+            )?
+            .with_random_opening(*random_opening_plies);
             let network = network
                 .deep_copy(network.device())
                 .map_err(ModelError::from)?;
@@ -489,5 +545,62 @@ impl Drop for ActorPool {
         for handle in self.handles.drain(..) {
             let _ = handle.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{DType, Device};
+
+    use super::*;
+    use crate::search::SearchPolicy;
+    use crate::testing::specs::tiny_spec;
+
+    /// Stones on the board at the first stored position of each of the first finished
+    /// tic-tac-toe games (120), with random openings of up to `plies` moves; every game is also
+    /// checked to be consistent (the player to move follows the stones).
+    fn opening_stones(plies: usize, seed: u64) -> Vec<usize> {
+        let network =
+            MuZeroNetwork::new(tiny_spec(vec![3, 3, 3], 9), 1, &Device::Cpu, DType::F32).unwrap();
+        let search = SearchConfig {
+            num_simulations: 4,
+            discount: 1.0,
+            c1: 1.25,
+            c2: 19652.0,
+            dirichlet_alpha: 0.3,
+            exploration_fraction: 0.25,
+            two_player: true,
+            policy: SearchPolicy::Puct,
+        };
+        let mut actor = Actor::new("TicTacToe", 8, seed, 0)
+            .unwrap()
+            .with_random_opening(plies);
+        let mut stones = Vec::new();
+        while stones.len() < 120 {
+            for game in actor.step(&network, &search, 1.0).unwrap().finished_games {
+                game.validate().unwrap();
+                assert!(!game.is_empty());
+                // Planes: the mover's stones, the opponent's, the player to move.
+                let on_board = game.observation(0)[..18]
+                    .iter()
+                    .filter(|&&x| x > 0.5)
+                    .count();
+                assert_eq!(game.to_play[0] as usize, on_board % 2);
+                stones.push(on_board);
+            }
+        }
+        stones
+    }
+
+    #[test]
+    fn random_openings_start_stored_games_after_zero_to_n_random_moves() {
+        let none = opening_stones(0, 5);
+        assert!(none.iter().all(|&s| s == 0), "{none:?}");
+        let some = opening_stones(4, 5);
+        for n in 0..=4 {
+            assert!(some.contains(&n), "no game opened with {n} moves: {some:?}");
+        }
+        assert!(some.iter().all(|&s| s <= 4), "{some:?}");
+        assert_eq!(some, opening_stones(4, 5), "the seed fixes the openings");
     }
 }

@@ -265,6 +265,29 @@ fn tictactoe_agent_is_evaluated_against_random_and_can_be_played() {
             assert_eq!(total, 4, "{row}");
         }
     }
+    // Every opponent at once: one row per side with the positions checked, and each mistake
+    // printed with the moves that lead to it.
+    let out = cumind(dir.path())
+        .args(["eval", "--checkpoint", "ckpt/ttt", "--opponent", "all"])
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    for side in ["first", "second"] {
+        let row = t
+            .lines()
+            .find(|l| l.starts_with(&format!("| {side} |")))
+            .unwrap_or_else(|| panic!("no {side} row:\n{t}"));
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let mistakes: usize = cells[3].parse().unwrap();
+        assert_eq!(
+            t.matches(&format!("mistake ({side} player)")).count(),
+            mistakes,
+            "{t}"
+        );
+        assert!(["win", "draw", "loss"].contains(&cells[4]), "{row}");
+        assert_eq!(cells[5], "draw", "tic-tac-toe is a draw: {row}");
+    }
     let out = cumind(dir.path())
         .args(["eval", "--checkpoint", "ckpt/ttt", "--opponent", "minimax"])
         .output()

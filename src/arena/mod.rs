@@ -8,10 +8,13 @@
 //! - `alphabeta:DEPTH`: depth-limited alpha-beta with a line-counting heuristic
 //!   ([`search::line_heuristic`]), uniformly among equally good moves; for Connect Four (and
 //!   tic-tac-toe);
-//! - `checkpoint:DIR`: another trained agent, greedy, so two runs can be compared.
+//! - `checkpoint:DIR`: another trained agent, greedy, so two runs can be compared;
+//! - `all`: not a player but every opponent at once ([`audit`]): each legal reply at every
+//!   opponent turn, with the agent's moves checked against exact values; small games only.
 //!
 //! The agent plays greedily (no noise, its search's chosen move).
 
+pub mod audit;
 pub mod search;
 
 use std::collections::HashMap;
@@ -28,12 +31,16 @@ use crate::agent::{Agent, AgentError};
 /// Errors of a match.
 #[derive(Debug, Error)]
 pub enum ArenaError {
-    #[error("unknown opponent {0:?}: use random, perfect, alphabeta:DEPTH (DEPTH >= 1) or checkpoint:DIR")]
+    #[error("unknown opponent {0:?}: use random, perfect, alphabeta:DEPTH (DEPTH >= 1), checkpoint:DIR or all")]
     UnknownOpponent(String),
     #[error("{0} has one player: matches are for two-player games (use a plain `cumind eval`)")]
     OnePlayer(String),
     #[error("the opponent checkpoint plays {found}, the agent {expected}")]
     DifferentGame { expected: String, found: String },
+    #[error("the exhaustive audit (`all`) stopped after {0} positions: the game is too large to enumerate; play matches instead")]
+    TooLarge(usize),
+    #[error("`all` is every opponent at once, not a player: it is an audit (`cumind eval --opponent all`)")]
+    NotAPlayer,
     #[error("agent")]
     Agent(#[from] AgentError),
     #[error("environment")]
@@ -47,6 +54,8 @@ pub enum OpponentSpec {
     Perfect,
     AlphaBeta(usize),
     Checkpoint(PathBuf),
+    /// Every opponent at once: the exhaustive audit.
+    All,
 }
 
 impl std::str::FromStr for OpponentSpec {
@@ -57,6 +66,7 @@ impl std::str::FromStr for OpponentSpec {
         Ok(match text.trim() {
             "random" => OpponentSpec::Random,
             "perfect" => OpponentSpec::Perfect,
+            "all" => OpponentSpec::All,
             other => match other.split_once(':') {
                 Some(("alphabeta", depth)) => {
                     let depth: usize = depth.parse().map_err(|_| bad())?;
@@ -81,6 +91,7 @@ impl std::fmt::Display for OpponentSpec {
             OpponentSpec::Perfect => write!(f, "perfect"),
             OpponentSpec::AlphaBeta(d) => write!(f, "alphabeta:{d}"),
             OpponentSpec::Checkpoint(dir) => write!(f, "checkpoint:{}", dir.display()),
+            OpponentSpec::All => write!(f, "all"),
         }
     }
 }
@@ -103,6 +114,7 @@ impl Opponent {
             OpponentSpec::Checkpoint(dir) => {
                 Opponent::Agent(Box::new(Agent::load_on(dir, device)?))
             }
+            OpponentSpec::All => return Err(ArenaError::NotAPlayer),
         })
     }
 
@@ -228,7 +240,13 @@ mod tests {
 
     #[test]
     fn opponent_specs_parse_and_print_back() {
-        for text in ["random", "perfect", "alphabeta:4", "checkpoint:runs/x"] {
+        for text in [
+            "random",
+            "perfect",
+            "alphabeta:4",
+            "checkpoint:runs/x",
+            "all",
+        ] {
             let spec: OpponentSpec = text.parse().unwrap();
             assert_eq!(spec.to_string(), text);
         }

@@ -209,7 +209,9 @@ pub struct EvalArgs {
     #[arg(long, default_value = "cpu")]
     pub device: DeviceKind,
     /// Two-player games: play a match against random, perfect (exact tic-tac-toe solver),
-    /// alphabeta:DEPTH or checkpoint:DIR, and print wins/draws/losses per side.
+    /// alphabeta:DEPTH or checkpoint:DIR, and print wins/draws/losses per side; or `all`:
+    /// every opponent at once (each legal reply tried at every opponent turn, the agent's
+    /// moves checked against exact values; small games such as tic-tac-toe).
     #[arg(long, value_name = "OPPONENT")]
     pub opponent: Option<cumind::arena::OpponentSpec>,
     /// With --opponent: games per side.

@@ -272,6 +272,9 @@ fn run_match(
         AgentPlays::Second => vec![Side::Second],
         AgentPlays::Both => vec![Side::First, Side::Second],
     };
+    if *spec == cumind::arena::OpponentSpec::All {
+        return run_audit(agent, args, &sides);
+    }
     let mut opponent = Opponent::new(spec, device)?;
     let start = Instant::now();
     let records = play_match(
@@ -298,6 +301,75 @@ fn run_match(
             Side::Second => "second",
         };
         println!("| {side} | {} | {} | {} |", r.wins, r.draws, r.losses);
+    }
+    Ok(())
+}
+
+/// `eval --opponent all`: the agent against every opponent line, checked with exact values.
+fn run_audit(
+    mut agent: cumind::Agent,
+    args: &EvalArgs,
+    sides: &[cumind::arena::Side],
+) -> Result<()> {
+    use cumind::arena::{audit::audit_side, Side};
+    let name = agent.config().environment.env_name.clone();
+    let mut env = cumind_envs::make(&name)?;
+    if env.num_players() < 2 {
+        bail!("`--opponent all` is for two-player games; {name} has one player");
+    }
+    let result = |v: f32| match v {
+        v if v > 0.0 => "win",
+        v if v < 0.0 => "loss",
+        _ => "draw",
+    };
+    let start = Instant::now();
+    let mut audits = Vec::new();
+    for &side in sides {
+        let player = if side == Side::First { 0 } else { 1 };
+        audits.push((side, audit_side(&mut agent, env.as_mut(), player)?));
+    }
+    println!(
+        "{name}: agent ({}) against every opponent (all replies tried), in {:.1}s",
+        args.checkpoint.display(),
+        start.elapsed().as_secs_f64()
+    );
+    println!(
+        "| agent plays | positions | mistakes | worst result | perfect play gets | games won | drawn | lost |\n|---|---:|---:|---|---|---:|---:|---:|"
+    );
+    for (side, audit) in &audits {
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            if *side == Side::First {
+                "first"
+            } else {
+                "second"
+            },
+            audit.positions,
+            audit.mistakes.len(),
+            result(audit.worst_result),
+            result(audit.exact_value),
+            audit.lines.wins,
+            audit.lines.draws,
+            audit.lines.losses
+        );
+    }
+    for (side, audit) in &audits {
+        for mistake in &audit.mistakes {
+            println!(
+                "\nmistake ({} player) after moves {:?}: agent plays {} ({}), best {:?} ({})\n{}",
+                if *side == Side::First {
+                    "first"
+                } else {
+                    "second"
+                },
+                mistake.line,
+                mistake.action,
+                result(mistake.value),
+                mistake.best_actions,
+                result(mistake.best_value),
+                mistake.board.trim_end()
+            );
+        }
     }
     Ok(())
 }

@@ -177,6 +177,10 @@ pub struct SelfPlayConfig {
     /// Replayed positions of games that declare symmetries (TicTacToe, ConnectFour) are seen
     /// through a random one of them (rotations, reflections).
     pub symmetry_augmentation: bool,
+    /// Each self-play game opens with 0..=N uniformly random legal moves (N drawn uniformly
+    /// per game), which are not stored: the agent learns positions its own play would not
+    /// reach. For board games; 0 turns it off.
+    pub random_opening_plies: usize,
 }
 
 /// "Memory": the replay buffer.

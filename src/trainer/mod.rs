@@ -272,6 +272,7 @@ impl<'a> TrainingRun<'a> {
                     num_envs: config.environment.num_envs,
                     seed,
                     segment_length: config.self_play.game_segment_length,
+                    random_opening_plies: config.self_play.random_opening_plies,
                     search: search.clone(),
                 },
                 config.temperature_at(schedule.progress(&self.counters)) as f32,
