@@ -198,3 +198,57 @@ fn train_frequency_spaces_the_learner_phases() {
         "every step: {every}, every 20: {once}"
     );
 }
+
+/// `self_play.random_opening_plies` reaches the replay buffer in both self-play modes: stored
+/// tic-tac-toe games start after 0..=N random moves, the player to move matching the stones.
+#[test]
+fn random_openings_reach_the_replay_in_both_self_play_modes() {
+    for actors in [0, 1] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::load(&ConfigSources {
+            sets: vec![
+                "environment.env_name=TicTacToe".into(),
+                "environment.num_envs=8".into(),
+                "mcts.num_simulations=4".into(),
+                "network_architecture.hidden_dim=16".into(),
+                "network_architecture.latent_dim=8".into(),
+                "training.batch_size=16".into(),
+                "training.max_env_steps=400".into(),
+                "training.eval_interval=0".into(),
+                "memory.min_memory_size=100".into(),
+                "self_play.random_opening_plies=3".into(),
+                format!("self_play.num_actors={actors}"),
+                format!(
+                    "training.checkpoint_root_dir={}",
+                    dir.path().join("ckpt").display()
+                ),
+                format!("other.log_dir={}", dir.path().join("runs").display()),
+            ],
+            ..Default::default()
+        })
+        .unwrap();
+        let summary = train(
+            &config,
+            &[Device::Cpu],
+            &RunOptions::default(),
+            &mut MemorySink::default(),
+        )
+        .unwrap();
+        let checkpoint = cumind::checkpoint::load(&summary.run_dir, &Device::Cpu).unwrap();
+        let replay = checkpoint.replay.expect("the checkpoint keeps the replay");
+        let mut stones_seen = [0usize; 4];
+        for (_, game) in replay.games() {
+            let stones = game.observation(0)[..18]
+                .iter()
+                .filter(|&&x| x > 0.5)
+                .count();
+            assert!(stones <= 3, "a game opened with {stones} stones");
+            assert_eq!(game.to_play[0] as usize, stones % 2);
+            stones_seen[stones] += 1;
+        }
+        assert!(
+            stones_seen.iter().all(|&n| n > 0),
+            "{actors} actors: games by opening stones {stones_seen:?}"
+        );
+    }
+}

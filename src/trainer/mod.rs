@@ -257,12 +257,15 @@ impl<'a> TrainingRun<'a> {
             .seed
             .wrapping_add(self.counters.env_steps.wrapping_mul(7919));
         let mut source = if config.self_play.num_actors == 0 {
-            Source::Synchronous(Box::new(Actor::new(
-                &config.environment.env_name,
-                config.environment.num_envs,
-                seed,
-                config.self_play.game_segment_length,
-            )?))
+            Source::Synchronous(Box::new(
+                Actor::new(
+                    &config.environment.env_name,
+                    config.environment.num_envs,
+                    seed,
+                    config.self_play.game_segment_length,
+                )?
+                .with_random_opening(config.self_play.random_opening_plies),
+            ))
         } else {
             Source::Threads(ActorPool::spawn(
                 self.learner.network(),
