@@ -252,3 +252,56 @@ fn random_openings_reach_the_replay_in_both_self_play_modes() {
         );
     }
 }
+
+/// Issue 8: a short learning run on a tiny two-player game with a known solution (take one or
+/// two stones, the last stone wins). Checked by the exhaustive audit against every opponent:
+/// as first player the agent wins whatever the opponent does, and on neither side does it miss
+/// a winning move or give away a won position.
+#[test]
+fn muzero_solves_a_tiny_two_player_game() {
+    use cumind::arena::audit::audit_side;
+    use cumind::testing::take_away::TakeAway;
+    cumind::envs::register("TakeAway", || Box::new(TakeAway::new())).unwrap();
+    let config = Config::load(&ConfigSources {
+        sets: [
+            "environment.env_name=TakeAway",
+            "environment.num_envs=8",
+            "mcts.search_policy=puct",
+            "mcts.num_simulations=16",
+            "network_architecture.hidden_dim=32",
+            "network_architecture.latent_dim=16",
+            "network_architecture.value_support_size=2",
+            "network_architecture.reward_support_size=2",
+            "training.batch_size=32",
+            "training.max_env_steps=3000",
+            "training.train_ratio=0.5",
+            "training.eval_interval=0",
+            "memory.min_memory_size=200",
+            "self_play.discount=1.0",
+            "self_play.td_steps=7",
+            "self_play.num_unroll_steps=3",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+        ..Default::default()
+    })
+    .unwrap();
+    let summary = train(
+        &config,
+        &[Device::Cpu],
+        &options(),
+        &mut MemorySink::default(),
+    )
+    .unwrap();
+    let mut agent = cumind::Agent::from_network(summary.network, config);
+    for player in [0, 1] {
+        let audit = audit_side(&mut agent, &mut TakeAway::new(), player).unwrap();
+        let lines: Vec<_> = audit.mistakes.iter().map(|m| &m.line).collect();
+        assert!(
+            lines.is_empty(),
+            "player {player}: mistakes after {lines:?}"
+        );
+        assert_eq!(audit.worst_result, audit.exact_value, "player {player}");
+    }
+}

@@ -4,3 +4,4 @@
 pub mod games;
 pub mod models;
 pub mod specs;
+pub mod take_away;
