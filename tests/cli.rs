@@ -227,6 +227,7 @@ fn tictactoe_agent_is_evaluated_against_random_and_can_be_played() {
         .args(sets(&[
             "training.max_env_steps=640",
             "memory.min_memory_size=200",
+            "mcts.num_simulations=20",
         ]))
         .args(["train", "--no-progress"])
         .output()
