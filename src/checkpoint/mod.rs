@@ -46,8 +46,6 @@ const REPLAY: &str = "replay.safetensors";
 /// The replay snapshot of checkpoints written before the binary form; still read.
 const REPLAY_JSON: &str = "replay.json";
 const LATEST: &str = "latest";
-/// Checkpoints kept per run (older ones are deleted after a new one is in place).
-pub const KEEP: usize = 2;
 
 #[derive(Debug, Error)]
 pub enum CheckpointError {
@@ -263,12 +261,15 @@ fn write_step(
     let latest_tmp = run_dir.join(format!(".{LATEST}.tmp"));
     write_synced(&latest_tmp, name.as_bytes())?;
     std::fs::rename(&latest_tmp, run_dir.join(LATEST)).map_err(io_err(run_dir))?;
-    prune(run_dir)?;
+    prune(run_dir, data.config.training.keep_checkpoints)?;
     Ok(final_dir)
 }
 
-/// Delete all but the newest [`KEEP`] step directories.
-fn prune(run_dir: &Path) -> Result<(), CheckpointError> {
+/// Delete all but the newest `keep` step directories (0: keep every one).
+fn prune(run_dir: &Path, keep: usize) -> Result<(), CheckpointError> {
+    if keep == 0 {
+        return Ok(());
+    }
     let mut steps: Vec<PathBuf> = std::fs::read_dir(run_dir)
         .map_err(io_err(run_dir))?
         .filter_map(|e| e.ok())
@@ -280,8 +281,8 @@ fn prune(run_dir: &Path) -> Result<(), CheckpointError> {
         })
         .collect();
     steps.sort();
-    if steps.len() > KEEP {
-        for old in &steps[..steps.len() - KEEP] {
+    if steps.len() > keep {
+        for old in &steps[..steps.len() - keep] {
             std::fs::remove_dir_all(old).map_err(io_err(old))?;
         }
     }
@@ -463,7 +464,12 @@ mod tests {
     }
 
     fn write(dir: &Path, steps: u64, replay: &ReplayBuffer) -> PathBuf {
-        let cfg = config();
+        write_keeping(dir, steps, replay, config().training.keep_checkpoints)
+    }
+
+    fn write_keeping(dir: &Path, steps: u64, replay: &ReplayBuffer, keep: usize) -> PathBuf {
+        let mut cfg = config();
+        cfg.training.keep_checkpoints = keep;
         let s = spec();
         save(
             dir,
@@ -524,13 +530,33 @@ mod tests {
             .filter_map(|e| e.ok())
             .filter(|e| e.file_name().to_string_lossy().starts_with("step-"))
             .collect();
-        assert_eq!(steps.len(), KEEP);
+        assert_eq!(steps.len(), config().training.keep_checkpoints);
         // No temporary directories are left behind.
         assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| !e
             .unwrap()
             .file_name()
             .to_string_lossy()
             .starts_with(".tmp")));
+    }
+
+    #[test]
+    fn keep_checkpoints_sets_how_many_steps_stay_and_zero_keeps_all() {
+        let steps_in = |dir: &Path| {
+            std::fs::read_dir(dir)
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with("step-"))
+                .count()
+        };
+        let r = replay();
+        for (keep, expected) in [(3, 3), (1, 1), (0, 5)] {
+            let dir = tempfile::tempdir().unwrap();
+            for s in 1..=5 {
+                write_keeping(dir.path(), s, &r, keep);
+            }
+            assert_eq!(steps_in(dir.path()), expected, "keep_checkpoints = {keep}");
+            assert!(resolve(dir.path()).unwrap().ends_with("step-0000000005"));
+        }
     }
 
     #[test]

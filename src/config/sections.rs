@@ -94,6 +94,9 @@ pub struct TrainingConfig {
     pub target_update_frequency: usize,
     /// Training steps between checkpoints (one is always written at the end).
     pub checkpoint_interval: usize,
+    /// Step directories kept per run, the newest ones (0: every one, to compare or evaluate
+    /// the steps of a run later).
+    pub keep_checkpoints: usize,
     /// Stop after this many finished self-play episodes (0: no limit).
     pub num_episodes: usize,
     /// Actor steps (one step of every environment) between learner phases; each phase takes
