@@ -3,12 +3,48 @@
 # throughput for 1..N GPUs (N = GPUs visible). Results (Markdown table + JSON) go to
 # benchmarks/gpu-<time>/ or $OUT_DIR.
 #
-#   scripts/benchmark_gpu.sh                # builds with --features cuda if needed
+#   scripts/benchmark_gpu.sh                          # builds the GPU binary itself
 #   BIN=target/release/cumind scripts/benchmark_gpu.sh
 #
-# On a machine without an NVIDIA GPU it says so and exits with status 1.
+# Order of the checks, so each failure says what is wrong:
+#   1. BIN, when given, must have been built with the `cuda` feature (`cumind --version` names
+#      the features); a CPU build is refused with exit status 2 on any machine, GPU or not.
+#   2. A GPU must be visible (nvidia-smi); otherwise exit status 1.
+#   3. Without BIN, the script builds one: `--features nccl` when there are 2+ GPUs and
+#      libnccl.so.2 is installed, `--features cuda` otherwise. nvcc comes from PATH, or from
+#      the toolkit of scripts/setup_cuda_build.sh (its cuda-env.sh, sourced when present).
+# The multi-GPU rows say which gradient reducer ran: NCCL with an `nccl` build, otherwise the
+# in-process average through GPU 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The features in `cumind --version`'s "(features: a, b)", comma separated.
+features_of() {
+  "$1" --version 2>/dev/null | sed -n 's/.*(features: \(.*\))$/\1/p'
+}
+has_feature() {
+  case ", $(features_of "$1")," in
+    *", $2,"*) return 0 ;;
+    *) return 1 ;;
+  esac
+}
+refuse_without_cuda() {
+  if ! has_feature "$1" cuda; then
+    local version
+    version=$("$1" --version 2>&1 | head -n 1 || true)
+    echo "benchmark_gpu.sh: $1 was built without the \`cuda\` feature (--version: ${version:-nothing})." >&2
+    echo "  Rebuild it with: cargo build --release --features cuda   (or --features nccl for 2+ GPUs)" >&2
+    exit 2
+  fi
+}
+
+if [ -n "${BIN:-}" ]; then
+  if [ ! -x "$BIN" ]; then
+    echo "benchmark_gpu.sh: BIN=$BIN is not an executable file" >&2
+    exit 2
+  fi
+  refuse_without_cuda "$BIN"
+fi
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "benchmark_gpu.sh: no NVIDIA GPU found (nvidia-smi is missing or lists no GPU); nothing to measure" >&2
@@ -16,15 +52,45 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 fi
 GPUS=$(nvidia-smi -L | grep -c '^GPU')
 OUT_DIR=${OUT_DIR:-benchmarks/gpu-$(date +%Y%m%d-%H%M%S)}
-BIN=${BIN:-target/release/cumind}
 mkdir -p "$OUT_DIR"
 
-if [ ! -x "$BIN" ] || ! "$BIN" benchmark --help >/dev/null 2>&1; then
-  cargo build --release --features cuda
+if [ -z "${BIN:-}" ]; then
+  FEATURE=cuda
+  if [ "$GPUS" -gt 1 ] && ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
+    FEATURE=nccl
+  fi
+  CUDA_ENV=${CUDA_ENV:-$HOME/.cache/cumind-cuda-build/cuda-env.sh}
+  if ! command -v nvcc >/dev/null 2>&1; then
+    if [ -f "$CUDA_ENV" ]; then
+      # shellcheck disable=SC1090
+      source "$CUDA_ENV"
+    else
+      echo "benchmark_gpu.sh: nvcc not found: put a CUDA toolkit on PATH or run scripts/setup_cuda_build.sh" >&2
+      exit 1
+    fi
+  fi
+  echo "== building with --features $FEATURE"
+  cargo build --release --features "$FEATURE"
+  BIN=target/release/cumind
+  refuse_without_cuda "$BIN"
+fi
+
+if [ "$GPUS" -gt 1 ]; then
+  if has_feature "$BIN" nccl; then
+    REDUCER="NCCL all-reduce (nccl feature)"
+  else
+    REDUCER="in-process average through GPU 0 (this binary has no nccl feature)"
+  fi
+else
+  REDUCER="none (one GPU)"
 fi
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT_DIR/gpus.csv"
-echo "== $GPUS GPU(s); results in $OUT_DIR"
+{
+  echo "binary: $BIN, $("$BIN" --version)"
+  echo "GPUs: $GPUS; gradient reducer for the multi-GPU training rows: $REDUCER"
+} | tee "$OUT_DIR/build.txt"
+echo "== results in $OUT_DIR"
 
 # Inference and search throughput, f32 vs bf16, growing batches; training with 1..N GPUs.
 "$BIN" benchmark --device cuda --dtypes float32,bfloat16 \

@@ -19,6 +19,7 @@
 pub mod agent;
 pub mod arena;
 pub mod benchmark;
+pub mod build_info;
 pub mod checkpoint;
 pub mod components;
 pub mod config;

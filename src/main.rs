@@ -7,7 +7,9 @@ mod cli;
 fn main() {
     let cli = cli::Cli::parse();
     if let Err(err) = cli::run(cli) {
-        eprintln!("error: {err:#}");
+        if !cli::error_already_printed() {
+            eprintln!("error: {err:#}");
+        }
         std::process::exit(1);
     }
 }

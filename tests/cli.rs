@@ -20,7 +20,11 @@ fn help_and_version() {
         assert!(t.contains(cmd), "{cmd} missing from --help:\n{t}");
     }
     let out = cumind(dir.path()).arg("--version").output().unwrap();
-    assert!(text(&out).contains(env!("CARGO_PKG_VERSION")));
+    let t = text(&out);
+    assert!(t.contains(env!("CARGO_PKG_VERSION")), "{t}");
+    // The features are named, so a script can refuse a CPU build (scripts/benchmark_gpu.sh).
+    assert!(t.contains("features:"), "{t}");
+    assert_eq!(t.contains("cuda"), cfg!(feature = "cuda"), "{t}");
 }
 
 #[test]

@@ -13,13 +13,19 @@ use cumind::config::{parse_set, Config, ConfigError, ConfigSources, DeviceKind};
 /// `--config` and `--set` may stand before or after the subcommand, or both: all of them
 /// count, in the order written.
 #[derive(Debug, Parser)]
-#[command(name = "cumind", version, about, long_about = None)]
+#[command(name = "cumind", version = version_text(), about, long_about = None)]
 pub struct Cli {
     /// Configuration options written before the subcommand (applied first).
     #[command(flatten)]
     pub config: ConfigArgs,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// `--version`: the crate version and the features this binary was built with (cuda, nccl).
+fn version_text() -> &'static str {
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(cumind::build_info::version_line)
 }
 
 /// Configuration options; accepted before and after the subcommand.

@@ -41,11 +41,43 @@ pub fn open_device(kind: DeviceKind) -> Result<Device> {
                      rebuild with `cargo build --release --features cuda` (see README, \"GPU build\")"
                 );
             }
-            Device::new_cuda(index).with_context(|| {
-                format!("cannot open CUDA device {index} (is a GPU with a driver present?)")
+            // One real stream per GPU, shared by every thread that uses this device. Candle's
+            // `Device::new_cuda` gives each thread its own per-thread default stream, and
+            // nothing would order the learner's weight updates (one thread) before an actor's
+            // copy of them (another thread); on one stream, work runs in the order the threads
+            // enqueued it, and the hand-offs between them (channels, joins) fix that order.
+            // NCCL's communicators use the same stream (src/train/nccl.rs).
+            Device::new_cuda_with_stream(index).with_context(|| {
+                format!(
+                    "cannot open CUDA device {index}: is an NVIDIA GPU with a driver present, and \
+                     does the driver support the CUDA version this binary was built with \
+                     (README, \"GPU run-time libraries\")?"
+                )
             })
         }
     }
+}
+
+/// Set once an error has been printed where it happened (see [`report_before_teardown`]).
+static ERROR_PRINTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the error that `run` returns was printed already.
+pub fn error_already_printed() -> bool {
+    ERROR_PRINTED.load(Ordering::SeqCst)
+}
+
+/// Pass `result` through; on an error with CUDA devices, print it at once and never drop the
+/// devices: after a CUDA fault, cudarc's handle destructors (cuBLAS, NCCL) panic, and that
+/// panic would be all the user sees. The process exits right after, which frees the GPU.
+fn report_before_teardown<T>(result: Result<T>, devices: Vec<Device>) -> Result<T> {
+    if let Err(err) = &result {
+        if devices.iter().any(Device::is_cuda) {
+            eprintln!("error: {err:#}");
+            ERROR_PRINTED.store(true, Ordering::SeqCst);
+            std::mem::forget(devices);
+        }
+    }
+    result
 }
 
 /// `count` devices starting at `first`: on the CPU, `count` CPU replicas; on CUDA,
@@ -176,9 +208,9 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
             .join(&run_name_hint)
             .display()
     );
-    let result = train(&config, &devices, &options, &mut sink);
+    let result = train(&config, &devices, &options, &mut sink).map_err(anyhow::Error::from);
     sink.finish();
-    let summary = result?;
+    let summary = report_before_teardown(result, devices)?;
     let c = &summary.counters;
     println!(
         "stopped: {} | {} env steps, {} training steps, {} episodes in {:.1}s | recent return {:.1}{}",
@@ -474,9 +506,11 @@ fn run_benchmark(config_args: &ConfigArgs, args: BenchmarkArgs) -> Result<()> {
         repetitions: args.repetitions.max(1),
         warmup: args.warmup,
         training: !args.no_training,
-        devices,
+        devices: devices.clone(),
     };
-    let report = cumind::benchmark::measure(&config, &plan)?;
+    let measured = cumind::benchmark::measure(&config, &plan).map_err(anyhow::Error::from);
+    drop(plan);
+    let report = report_before_teardown(measured, devices)?;
     println!("{}", report.table());
     let json = serde_json::to_string_pretty(&report)?;
     std::fs::write(&args.out, json)

@@ -123,17 +123,22 @@ pub fn train(
     let mut run = TrainingRun::start(config, devices, options)?;
     let result = run.main_loop(options, sink);
     if let Err(err) = &result {
+        // Say what failed before anything is dropped: after a CUDA fault the destructors of
+        // cudarc's handles (NCCL communicators, cuBLAS) panic, which would hide this error.
+        sink.log(&format!(
+            "training stopped on an error: {}",
+            error_chain(err)
+        ));
         // Keep what was learned before the failure; a failed save is reported too.
         if !options.no_checkpoints && run.counters.training_steps > 0 {
             match run.save_checkpoint() {
                 Ok(dir) => sink.log(&format!(
-                    "saved {} before stopping on the error below",
+                    "saved {} before stopping on that error",
                     dir.display()
                 )),
                 Err(save) => sink.log(&format!(
-                    "could not save a checkpoint after the error below ({}): {}",
-                    error_chain(&save),
-                    error_chain(err)
+                    "could not save a checkpoint after that error: {}",
+                    error_chain(&save)
                 )),
             }
         }

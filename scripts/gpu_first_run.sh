@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The first run of CuMind on a GPU machine, in order, each step under a time limit with its
+# output saved. Run it once on a new GPU host and put the summary in docs/benchmarks.md.
+#
+#   scripts/gpu_first_run.sh                     # builds with cuda (nccl with 2+ GPUs)
+#   BIN=target/release/cumind FEATURE=cuda scripts/gpu_first_run.sh
+#   OUT_DIR=gpu-first-run scripts/gpu_first_run.sh
+#
+# Steps (a failed step is recorded and the next one runs; the summary lists them all):
+#   01 driver and libraries: nvidia-smi, `cumind --version`, `ldd` of the binary
+#   02 the ignored GPU tests (tests/gpu.rs): CPU vs CUDA loss and gradients (MLP, conv),
+#      replicas on CUDA, a CUDA search
+#   03 a tiny benchmark, timed whole: the first kernels' PTX loading and compilation
+#   04 f32 vs bf16 on CUDA, and the CPU of the same host, at batch 16, 256, 1024, 4096, on the
+#      GPU preset agents/connect4_gpu.json (conv ResNet, batch 1024, 256 environments)
+#   05 a short CUDA training run on CartPole (the defaults) whose loss must fall
+#   06 the same checkpoint evaluated on the CPU and on CUDA
+#   07 with 2+ GPUs: training with --num-devices N, and scripts/benchmark_gpu.sh (1..N GPUs)
+# Limits: STEP_TIMEOUT seconds per step (default 900).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+OUT_DIR=${OUT_DIR:-benchmarks/gpu-first-run-$(date +%Y%m%d-%H%M%S)}
+STEP_TIMEOUT=${STEP_TIMEOUT:-900}
+mkdir -p "$OUT_DIR"
+SUMMARY="$OUT_DIR/summary.txt"
+: > "$SUMMARY"
+
+# step NAME COMMAND...: run under the time limit, log to $OUT_DIR/NAME.log, record the result.
+step() {
+  local name=$1
+  shift
+  local log="$OUT_DIR/$name.log" start end rc
+  echo "== $name: $*" | tee "$log"
+  start=$(date +%s.%N)
+  timeout "$STEP_TIMEOUT" "$@" >> "$log" 2>&1
+  rc=$?
+  end=$(date +%s.%N)
+  local secs
+  secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
+  local status=ok
+  if [ "$rc" = 124 ]; then status="TIMED OUT after ${STEP_TIMEOUT}s"; elif [ "$rc" != 0 ]; then status="FAILED (exit $rc)"; fi
+  printf '%-28s %-26s %8ss  %s\n' "$name" "$status" "$secs" "$log" | tee -a "$SUMMARY"
+  tail -n 5 "$log" | sed 's/^/    /'
+  return "$rc"
+}
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu_first_run.sh: no NVIDIA GPU found (nvidia-smi is missing or lists no GPU)" >&2
+  exit 1
+fi
+GPUS=$(nvidia-smi -L | grep -c '^GPU')
+
+if [ -z "${FEATURE:-}" ]; then
+  FEATURE=cuda
+  if [ "$GPUS" -gt 1 ] && ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
+    FEATURE=nccl
+  fi
+fi
+if ! command -v nvcc >/dev/null 2>&1; then
+  CUDA_ENV=${CUDA_ENV:-$HOME/.cache/cumind-cuda-build/cuda-env.sh}
+  if [ -f "$CUDA_ENV" ]; then
+    # shellcheck disable=SC1090
+    source "$CUDA_ENV"
+  elif [ -z "${BIN:-}" ]; then
+    echo "gpu_first_run.sh: nvcc not found: put a CUDA toolkit on PATH or run scripts/setup_cuda_build.sh" >&2
+    exit 1
+  fi
+fi
+if [ -z "${BIN:-}" ]; then
+  step 00-build cargo build --release --features "$FEATURE" || exit 1
+  BIN=target/release/cumind
+fi
+case "$("$BIN" --version)" in
+  *cuda*) ;;
+  *) echo "gpu_first_run.sh: $BIN was built without the \`cuda\` feature ($("$BIN" --version))" >&2; exit 2 ;;
+esac
+
+step 01-driver-and-libraries bash -c "nvidia-smi && '$BIN' --version && ldd '$BIN' && ! ldd '$BIN' | grep 'not found'"
+
+step 02-gpu-tests cargo test --release --features "$FEATURE" --test gpu -- --ignored --test-threads 1
+
+# The first call loads and compiles the kernels: the whole command's time is that cost.
+step 03-first-kernels "$BIN" benchmark --device cuda --dtypes float32 --batch-sizes 1 \
+  --repetitions 1 --warmup 0 --no-training --out "$OUT_DIR/03-first-kernels.json"
+
+step 04-cuda-f32-vs-bf16 "$BIN" --config agents/connect4_gpu.json benchmark --device cuda \
+  --dtypes float32,bfloat16 --batch-sizes 16,256,1024,4096 --out "$OUT_DIR/04-cuda.json"
+step 04-cpu-same-host "$BIN" --config agents/connect4_gpu.json benchmark --device cpu \
+  --dtypes float32 --batch-sizes 16,256,1024,4096 --out "$OUT_DIR/04-cpu.json"
+
+RUN=gpu-first-run-$$
+step 05-cuda-training "$BIN" --set other.run_name="$RUN" --set training.checkpoint_root_dir="$OUT_DIR/checkpoints" \
+  --set other.log_dir="$OUT_DIR/runs" --set training.max_env_steps=6000 train --device cuda --no-progress
+METRICS="$OUT_DIR/runs/$RUN/metrics.csv"
+step 05-loss-falls awk -F, '
+  $1 == "loss/total" { n++; v[n] = $3 }
+  END {
+    if (n < 20) { print "only " n " loss values logged"; exit 1 }
+    k = int(n / 10); a = 0; b = 0
+    for (i = 1; i <= k; i++) { a += v[i]; b += v[n - k + i] }
+    printf "mean total loss: first tenth %.4f, last tenth %.4f (%d values)\n", a / k, b / k, n
+    exit !(b < a)
+  }' "$METRICS"
+
+CKPT="$OUT_DIR/checkpoints/$RUN"
+step 06-eval-cpu "$BIN" eval --checkpoint "$CKPT" --device cpu --episodes 20
+step 06-eval-cuda "$BIN" eval --checkpoint "$CKPT" --device cuda --episodes 20
+
+if [ "$GPUS" -gt 1 ]; then
+  step 07-train-"$GPUS"-gpus "$BIN" --set other.run_name="$RUN-multi" \
+    --set training.checkpoint_root_dir="$OUT_DIR/checkpoints" --set other.log_dir="$OUT_DIR/runs" \
+    --set training.max_env_steps=6000 train --device cuda --num-devices "$GPUS" --no-progress
+  step 07-benchmark-gpu env BIN="$BIN" OUT_DIR="$OUT_DIR/benchmark_gpu" scripts/benchmark_gpu.sh
+fi
+
+echo
+echo "== summary ($GPUS GPU(s), $("$BIN" --version))"
+cat "$SUMMARY"
+! grep -q -E 'FAILED|TIMED OUT' "$SUMMARY"

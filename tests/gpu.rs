@@ -1,0 +1,193 @@
+//! Tests that need an NVIDIA GPU: compiled with the `cuda` feature (CI compiles them on a
+//! machine without one) and marked `#[ignore]`, so they run only when asked:
+//!
+//! ```sh
+//! cargo test --release --features cuda --test gpu -- --ignored --test-threads 1
+//! ```
+//!
+//! `scripts/gpu_first_run.sh` runs them as its second step. Each compares the CUDA path with
+//! the CPU path on the same weights and data, so a wrong kernel, a missing synchronisation or a
+//! stale copy shows up as a difference, not as a slow drift in a training curve.
+#![cfg(feature = "cuda")]
+
+use candle_core::{DType, Device, Tensor};
+use rand::SeedableRng;
+
+use cumind::network::MuZeroNetwork;
+use cumind::replay::{Batch, ReplayBuffer};
+use cumind::testing::games::{replay_config, RandomGame};
+use cumind::testing::specs::tiny_spec;
+use cumind::train::learner::{Learner, LearnerConfig};
+use cumind::train::loss::unrolled_loss;
+use cumind::Config;
+
+/// A new handle on GPU `ordinal`, with its own stream, as `cumind` opens it.
+fn gpu(ordinal: usize) -> Device {
+    Device::new_cuda_with_stream(ordinal).expect("a CUDA device (these tests need a GPU)")
+}
+
+fn gpu_count() -> usize {
+    candle_core::cuda_backend::cudarc::driver::CudaContext::device_count()
+        .map(|n| n as usize)
+        .unwrap_or(0)
+}
+
+/// A batch of random games for a network over `observation_shape` with `num_actions`.
+fn batch(observation_shape: &[usize], num_actions: usize, size: usize) -> Batch {
+    let obs_len = observation_shape.iter().product();
+    let mut replay = ReplayBuffer::new(replay_config(10_000, 3, 5, 0.97));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let game = RandomGame {
+        obs_len,
+        num_actions,
+        len: 20,
+        rewards: -1.0..1.0,
+        root_values: -3.0..3.0,
+        terminated: true,
+        final_value: 0.0,
+    };
+    for _ in 0..8 {
+        replay.save_game(game.draw(&mut rng)).unwrap();
+    }
+    replay.sample(size, &mut rng).unwrap()
+}
+
+fn host(t: &Tensor) -> Vec<f32> {
+    t.to_dtype(DType::F32)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap()
+}
+
+/// Largest |a - b| / (1 + |b|) over two equally long vectors.
+fn worst_relative(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs() / (1.0 + y.abs()))
+        .fold(0.0, f32::max)
+}
+
+/// The unrolled loss and every parameter's gradient, CPU (f32) against CUDA (f32).
+fn loss_and_gradients_agree(observation_shape: Vec<usize>, num_actions: usize) {
+    let spec = tiny_spec(observation_shape.clone(), num_actions);
+    let cpu_net = MuZeroNetwork::new(spec, 5, &Device::Cpu, DType::F32).unwrap();
+    let gpu_net = cpu_net.deep_copy(&gpu(0)).unwrap();
+    let batch = batch(&observation_shape, num_actions, 32);
+    let targets = batch.target_values.clone();
+    let cpu_loss = unrolled_loss(&cpu_net, &batch, &targets, 0.25).unwrap();
+    let gpu_loss = unrolled_loss(&gpu_net, &batch, &targets, 0.25).unwrap();
+    let (c, g) = (host(&cpu_loss.total)[0], host(&gpu_loss.total)[0]);
+    assert!(
+        (c - g).abs() <= 1e-4 * (1.0 + c.abs()),
+        "loss: cpu {c}, cuda {g}"
+    );
+    let cpu_grads = cpu_loss.total.backward().unwrap();
+    let gpu_grads = gpu_loss.total.backward().unwrap();
+    let gpu_params: Vec<_> = gpu_net.params().named().collect();
+    for ((name, cpu_var), (gpu_name, gpu_var)) in cpu_net.params().named().zip(gpu_params) {
+        assert_eq!(name, gpu_name);
+        let cg = cpu_grads.get(cpu_var.as_tensor());
+        let gg = gpu_grads.get(gpu_var.as_tensor());
+        match (cg, gg) {
+            (Some(cg), Some(gg)) => {
+                let worst = worst_relative(&host(gg), &host(cg));
+                assert!(
+                    worst < 1e-3,
+                    "gradient of {name}: cpu vs cuda differ by {worst}"
+                );
+            }
+            (None, None) => {}
+            _ => panic!("{name} has a gradient on one device only"),
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn mlp_loss_and_gradients_match_the_cpu() {
+    loss_and_gradients_agree(vec![4], 2);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn conv_loss_and_gradients_match_the_cpu() {
+    loss_and_gradients_agree(vec![3, 6, 7], 7);
+}
+
+fn learner_config() -> LearnerConfig {
+    let mut config = Config::default_config();
+    config.training.target_update_frequency = 2;
+    cumind::components::learner_config(&config, 100)
+}
+
+fn weights(net: &MuZeroNetwork) -> Vec<f32> {
+    net.params()
+        .named()
+        .flat_map(|(_, v)| host(v.as_tensor()))
+        .collect()
+}
+
+/// Two replicas on CUDA stay bit-identical and match one CPU learner on the whole batch. With
+/// one GPU and no `nccl` feature the same GPU is opened twice, which still takes the copy path
+/// (gradients moved between device handles, averaged, moved back). NCCL refuses two ranks on
+/// one GPU, so an `nccl` build needs two GPUs here.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn replicas_on_cuda_stay_identical_and_match_the_cpu() {
+    let devices = if cfg!(feature = "nccl") {
+        if gpu_count() < 2 {
+            eprintln!("SKIPPED: an nccl build needs 2 GPUs for this test");
+            return;
+        }
+        vec![gpu(0), gpu(1)]
+    } else {
+        vec![gpu(0), gpu(0)]
+    };
+    let spec = tiny_spec(vec![4], 2);
+    let start = MuZeroNetwork::new(spec, 3, &Device::Cpu, DType::F32).unwrap();
+    let mut cpu = Learner::new(start.deep_copy(&Device::Cpu).unwrap(), learner_config()).unwrap();
+    let mut cuda = Learner::with_devices(start, learner_config(), &devices).unwrap();
+    for step in 0..6 {
+        let batch = batch(&[4], 2, 16);
+        let a = cpu.train_step(&batch).unwrap();
+        let b = cuda.train_step(&batch).unwrap();
+        assert!(
+            (a.total_loss - b.total_loss).abs() <= 1e-3 * (1.0 + a.total_loss.abs()),
+            "step {step}: loss cpu {} vs cuda {}",
+            a.total_loss,
+            b.total_loss
+        );
+    }
+    let nets = cuda.replica_networks();
+    let first = weights(nets[0]);
+    assert_eq!(weights(nets[1]), first, "the CUDA replicas diverged");
+    let worst = worst_relative(&first, &weights(cpu.network()));
+    assert!(worst < 1e-3, "CUDA replicas vs CPU learner: {worst}");
+}
+
+/// A search on a CUDA network: legal actions, and root values equal to the CPU's.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn search_on_cuda_matches_the_cpu() {
+    let mut config = Config::default_config();
+    config.mcts.num_simulations = 16;
+    let spec = tiny_spec(vec![4], 2);
+    let cpu_net = MuZeroNetwork::new(spec, 9, &Device::Cpu, DType::F32).unwrap();
+    let gpu_net = cpu_net.deep_copy(&gpu(0)).unwrap();
+    let mut cpu = cumind::Agent::from_network(cpu_net, config.clone());
+    let mut cuda = cumind::Agent::from_network(gpu_net, config);
+    let observations: Vec<Vec<f32>> = (0..8)
+        .map(|i| (0..4).map(|j| ((i * 4 + j) as f32 * 0.37).sin()).collect())
+        .collect();
+    let refs: Vec<&[f32]> = observations.iter().map(Vec::as_slice).collect();
+    let a = cpu.select_actions(&refs, false).unwrap();
+    let b = cuda.select_actions(&refs, false).unwrap();
+    assert!(b.iter().all(|&x| x < 2), "illegal action from CUDA: {b:?}");
+    let worst = worst_relative(cuda.last_root_values(), cpu.last_root_values());
+    assert!(worst < 1e-3, "root values cpu vs cuda differ by {worst}");
+    let same = a.iter().zip(&b).filter(|(x, y)| x == y).count();
+    assert!(same >= 7, "actions cpu {a:?} vs cuda {b:?}");
+}
