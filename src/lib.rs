@@ -27,6 +27,7 @@ pub mod error_chain;
 pub mod metrics;
 pub mod model;
 pub mod network;
+pub mod op_count;
 pub mod plot;
 pub mod replay;
 pub mod search;

@@ -172,6 +172,31 @@ impl MuZeroNetwork {
         })
     }
 
+    /// The same network for inference only: weights detached (no autograd graph is recorded)
+    /// and cast to the compute dtype once, so layer norms take candle's fused kernel and no
+    /// call re-casts a weight. Cheap (no copy in f32); what the search runs on.
+    pub fn inference_copy(&self) -> Result<Self, NetworkError> {
+        Self::build(
+            self.spec.clone(),
+            ParamBuilder::frozen(&self.params, self.dtype),
+            self.dtype,
+        )
+    }
+
+    /// The network for one training step in a compute dtype other than f32 (bf16 on CUDA):
+    /// every weight cast once, with the cast recorded so gradients reach the f32 parameters,
+    /// instead of once per layer call and unroll step. In f32 the network itself serves.
+    pub fn training_view(&self) -> Result<Self, NetworkError> {
+        if self.dtype == DType::F32 {
+            return Ok(self.clone());
+        }
+        Self::build(
+            self.spec.clone(),
+            ParamBuilder::cast(&self.params, self.dtype),
+            self.dtype,
+        )
+    }
+
     /// An independent copy (new parameter storage) on `device`, e.g. a target network or a replica.
     pub fn deep_copy(&self, device: &Device) -> Result<Self, NetworkError> {
         let tensors = self.params.to_tensors()?;
@@ -261,7 +286,7 @@ impl MuZeroNetwork {
     pub fn values(&self, observations: &[f32]) -> Result<Vec<f32>, NetworkError> {
         let latent = self.represent(&self.observation_tensor(observations)?)?;
         let (_, value_logits) = self.predict(&latent)?;
-        let logits = value_logits.flatten_all()?.to_vec1::<f32>()?;
+        let logits = crate::op_count::read_f32(&value_logits)?;
         Ok(self.spec.value_support.logits_to_scalars(&logits))
     }
 

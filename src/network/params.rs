@@ -86,6 +86,12 @@ enum Source {
     Random(Box<rand::rngs::StdRng>),
     /// Existing values (a checkpoint, another network).
     Tensors(HashMap<String, Tensor>),
+    /// An inference copy of existing parameters: plain tensors (no gradient tracking) in the
+    /// compute dtype, sharing storage with the variables when that dtype is f32.
+    Frozen { params: Params, dtype: DType },
+    /// A compute-dtype view of existing parameters for one training step: each weight cast
+    /// once (a recorded op, so gradients flow back to the f32 variable) instead of per call.
+    Cast { params: Params, dtype: DType },
 }
 
 /// Creates the parameters of a network as its modules are built.
@@ -94,6 +100,9 @@ pub struct ParamBuilder {
     vars: BTreeMap<String, Var>,
     device: Device,
     source: Source,
+    /// Normalisation scales and shifts stay f32 in the frozen and cast views (the norms
+    /// compute in f32); see [`ParamBuilder::norm_constant`].
+    keep_f32: bool,
 }
 
 impl ParamBuilder {
@@ -103,19 +112,56 @@ impl ParamBuilder {
             prefix: Vec::new(),
             vars: BTreeMap::new(),
             device: device.clone(),
+            keep_f32: false,
             source: Source::Random(Box::new(rand::rngs::StdRng::seed_from_u64(seed))),
+        }
+    }
+
+    /// Inference weights from `params`: detached (operations on them record no graph) and cast
+    /// to `dtype` once, here, instead of on every call. With f32 they share the variables'
+    /// storage, so later updates of `params` show through.
+    pub fn frozen(params: &Params, dtype: DType) -> Self {
+        Self {
+            prefix: Vec::new(),
+            vars: BTreeMap::new(),
+            device: params.device.clone(),
+            keep_f32: false,
+            source: Source::Frozen {
+                params: params.clone(),
+                dtype,
+            },
         }
     }
 
     /// Parameters taken from `tensors` (converted to f32 on `device`); every name the network
     /// asks for must be present with the right shape.
+    /// Training weights from `params` in `dtype`, each cast once; gradients reach `params`.
+    pub fn cast(params: &Params, dtype: DType) -> Self {
+        Self {
+            prefix: Vec::new(),
+            vars: BTreeMap::new(),
+            device: params.device.clone(),
+            keep_f32: false,
+            source: Source::Cast {
+                params: params.clone(),
+                dtype,
+            },
+        }
+    }
+
     pub fn from_tensors(tensors: HashMap<String, Tensor>, device: &Device) -> Self {
         Self {
             prefix: Vec::new(),
             vars: BTreeMap::new(),
             device: device.clone(),
+            keep_f32: false,
             source: Source::Tensors(tensors),
         }
+    }
+
+    /// Whether this builds an inference copy ([`ParamBuilder::frozen`]).
+    pub fn is_frozen(&self) -> bool {
+        matches!(self.source, Source::Frozen { .. })
     }
 
     /// Enter a sub-module: names created inside get `name.` prepended.
@@ -147,6 +193,20 @@ impl ParamBuilder {
     }
 
     /// A parameter of `shape`; when fresh, every element equals `value`.
+    /// [`ParamBuilder::constant`] for a normalisation's scale or shift: kept in f32 by the
+    /// frozen and cast views, whatever their compute dtype.
+    pub fn norm_constant(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        value: f32,
+    ) -> Result<Tensor, NetworkError> {
+        self.keep_f32 = true;
+        let out = self.constant(name, shape, value);
+        self.keep_f32 = false;
+        out
+    }
+
     pub fn constant(
         &mut self,
         name: &str,
@@ -183,6 +243,20 @@ impl ParamBuilder {
                 }
                 t.to_dtype(DType::F32)?.to_device(&self.device)?
             }
+            Source::Frozen { params, dtype } => {
+                let var = params
+                    .get(&full)
+                    .ok_or_else(|| NetworkError::MissingParameter(full.clone()))?;
+                let dtype = if self.keep_f32 { DType::F32 } else { *dtype };
+                return Ok(var.as_tensor().detach().to_dtype(dtype)?);
+            }
+            Source::Cast { params, dtype } => {
+                let var = params
+                    .get(&full)
+                    .ok_or_else(|| NetworkError::MissingParameter(full.clone()))?;
+                let dtype = if self.keep_f32 { DType::F32 } else { *dtype };
+                return Ok(var.as_tensor().to_dtype(dtype)?);
+            }
         };
         let var = Var::from_tensor(&tensor)?;
         let out = var.as_tensor().clone();
@@ -193,6 +267,9 @@ impl ParamBuilder {
     /// Finish: the parameter set. With `from_tensors`, a tensor the network did not ask for is
     /// an error (a checkpoint of another architecture).
     pub fn finish(self) -> Result<Params, NetworkError> {
+        if let Source::Frozen { params, .. } | Source::Cast { params, .. } = self.source {
+            return Ok(params);
+        }
         if let Source::Tensors(map) = &self.source {
             if let Some(extra) = map.keys().next() {
                 return Err(NetworkError::UnexpectedParameter(extra.clone()));

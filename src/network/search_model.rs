@@ -1,8 +1,10 @@
 //! The bridge between the search and a network: implements [`crate::model::Model`].
 //!
 //! Latent states stay on the network's device in one buffer of `capacity * B` rows, node-major
-//! (row `node * B + b` holds node `node` of tree `b`); only logits, values and rewards are
-//! copied to the host.
+//! (row `node * B + b` holds node `node` of tree `b`); the logits of a call reach the host in
+//! one read (one blocking copy per simulation on a GPU). Each search runs on an inference copy
+//! of the network, made at its first call: no autograd graph, fused layer norms, and weights
+//! cast to the compute dtype once per search instead of on every call.
 
 use candle_core::Tensor;
 
@@ -34,6 +36,8 @@ fn backend(err: candle_core::Error) -> ModelError {
 /// A network seen by the search, with the latent buffer of the current batch of trees.
 pub struct SearchModel<'a> {
     network: &'a MuZeroNetwork,
+    /// `network`'s inference copy, made by `initial_inference`.
+    frozen: Option<MuZeroNetwork>,
     latents: Option<Tensor>,
     batch: usize,
     capacity: usize,
@@ -43,12 +47,14 @@ impl<'a> SearchModel<'a> {
     pub fn new(network: &'a MuZeroNetwork) -> Self {
         Self {
             network,
+            frozen: None,
             latents: None,
             batch: 0,
             capacity: 0,
         }
     }
 
+    /// Policy logits, values and rewards of one call, read from the device in one copy.
     fn outputs(
         &self,
         policy: &Tensor,
@@ -56,25 +62,32 @@ impl<'a> SearchModel<'a> {
         reward: Option<&Tensor>,
     ) -> Result<Prediction, ModelError> {
         let spec = self.network.spec();
-        let policy_logits = policy
-            .flatten_all()
-            .and_then(|t| t.to_vec1::<f32>())
-            .map_err(backend)?;
-        let value_logits = value
-            .flatten_all()
-            .and_then(|t| t.to_vec1::<f32>())
-            .map_err(backend)?;
-        let values = spec.value_support.logits_to_scalars(&value_logits);
-        let rewards = match reward {
-            Some(r) => {
-                let logits = r
-                    .flatten_all()
-                    .and_then(|t| t.to_vec1::<f32>())
-                    .map_err(backend)?;
-                spec.reward_support.logits_to_scalars(&logits)
-            }
-            None => vec![0.0; values.len()],
+        let a = spec.num_actions;
+        let v = spec.value_support.size();
+        let r = if reward.is_some() {
+            spec.reward_support.size()
+        } else {
+            0
         };
+        let mut parts = vec![policy, value];
+        parts.extend(reward);
+        let all = Tensor::cat(&parts, 1)
+            .and_then(|t| crate::op_count::read_f32(&t))
+            .map_err(backend)?;
+        let width = a + v + r;
+        let batch = all.len() / width.max(1);
+        let mut policy_logits = Vec::with_capacity(batch * a);
+        let mut values = Vec::with_capacity(batch);
+        let mut rewards = Vec::with_capacity(batch);
+        for row in all.chunks_exact(width) {
+            policy_logits.extend_from_slice(&row[..a]);
+            values.push(spec.value_support.logits_to_scalar(&row[a..a + v]));
+            rewards.push(if r > 0 {
+                spec.reward_support.logits_to_scalar(&row[a + v..])
+            } else {
+                0.0
+            });
+        }
         Ok(Prediction {
             policy_logits,
             values,
@@ -103,9 +116,10 @@ impl Model for SearchModel<'_> {
                 per_observation: per,
             });
         }
-        let obs = self.network.observation_tensor(observations)?;
-        let latent = self.network.represent(&obs)?;
-        let (policy, value) = self.network.predict(&latent)?;
+        let network = self.network.inference_copy()?;
+        let obs = network.observation_tensor(observations)?;
+        let latent = network.represent(&obs)?;
+        let (policy, value) = network.predict(&latent)?;
         let mut shape = vec![capacity.max(1) * batch];
         shape.extend(self.network.spec().latent_shape());
         let buffer = Tensor::zeros(shape, latent.dtype(), latent.device()).map_err(backend)?;
@@ -113,6 +127,7 @@ impl Model for SearchModel<'_> {
             .slice_set(&latent.contiguous().map_err(backend)?, 0, 0)
             .map_err(backend)?;
         self.latents = Some(buffer);
+        self.frozen = Some(network);
         self.batch = batch;
         self.capacity = capacity.max(1);
         self.outputs(&policy, &value, None)
@@ -143,9 +158,10 @@ impl Model for SearchModel<'_> {
             .collect();
         let index = Tensor::from_vec(rows, b, buffer.device()).map_err(backend)?;
         let parent_latents = buffer.index_select(&index, 0).map_err(backend)?;
-        let one_hot = self.network.action_tensor(actions)?;
-        let (next, reward) = self.network.dynamics(&parent_latents, &one_hot)?;
-        let (policy, value) = self.network.predict(&next)?;
+        let network = self.frozen.as_ref().unwrap_or(self.network);
+        let one_hot = network.action_tensor(actions)?;
+        let (next, reward) = network.dynamics(&parent_latents, &one_hot)?;
+        let (policy, value) = network.predict(&next)?;
         let next = next.to_dtype(buffer.dtype()).map_err(backend)?;
         buffer
             .slice_set(&next.contiguous().map_err(backend)?, 0, new_node * b)
@@ -254,6 +270,59 @@ mod tests {
                 .to_scalar::<f32>()
                 .unwrap();
             assert!(diff < 1e-6, "stored latent differs by {diff}");
+        }
+    }
+
+    /// The search's inference copy computes what the network computes, in f32 and in bf16,
+    /// for the MLP and the conv net: predictions of the initial and a recurrent call.
+    #[test]
+    fn the_inference_copy_predicts_what_the_network_predicts() {
+        for dtype in [DType::F32, DType::BF16] {
+            for shape in [vec![5], vec![2, 3, 3]] {
+                let net = MuZeroNetwork::new(spec(shape.clone()), 4, &Device::Cpu, dtype).unwrap();
+                let per: usize = shape.iter().product();
+                let batch = 3;
+                let obs: Vec<f32> = (0..batch * per).map(|i| (i as f32 * 0.53).cos()).collect();
+                let mut model = SearchModel::new(&net);
+                let first = model.initial_inference(&obs, batch, 2).unwrap();
+                let second = model.recurrent_inference(&[0; 3], &[2, 0, 1], 1).unwrap();
+                let latent = net
+                    .represent(&net.observation_tensor(&obs).unwrap())
+                    .unwrap();
+                let (policy, value) = net.predict(&latent).unwrap();
+                let (next, reward) = net
+                    .dynamics(&latent, &net.action_tensor(&[2, 0, 1]).unwrap())
+                    .unwrap();
+                let (policy2, value2) = net.predict(&next).unwrap();
+                let host = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                let s = net.spec();
+                let tolerance = if dtype == DType::F32 { 1e-4 } else { 0.1 };
+                let close = |a: &[f32], b: &[f32], what: &str| {
+                    let worst = a
+                        .iter()
+                        .zip(b)
+                        .map(|(x, y)| (x - y).abs())
+                        .fold(0.0, f32::max);
+                    assert!(worst < tolerance, "{dtype:?} {shape:?} {what}: {worst}");
+                };
+                close(&first.policy_logits, &host(&policy), "initial policy");
+                close(
+                    &first.values,
+                    &s.value_support.logits_to_scalars(&host(&value)),
+                    "initial value",
+                );
+                close(&second.policy_logits, &host(&policy2), "recurrent policy");
+                close(
+                    &second.values,
+                    &s.value_support.logits_to_scalars(&host(&value2)),
+                    "recurrent value",
+                );
+                close(
+                    &second.rewards,
+                    &s.reward_support.logits_to_scalars(&host(&reward)),
+                    "reward",
+                );
+            }
         }
     }
 

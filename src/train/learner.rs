@@ -8,7 +8,7 @@
 
 use candle_core::{Device, Tensor};
 
-use super::loss::unrolled_loss;
+use super::loss::{unrolled_loss, LossOutput, LossValues};
 use super::optimizer::{AdamW, AdamWConfig, LrSchedule};
 use crate::network::{MuZeroNetwork, NetworkError};
 use crate::replay::Batch;
@@ -49,6 +49,9 @@ pub struct TrainStats {
 struct Replica {
     network: MuZeroNetwork,
     target: MuZeroNetwork,
+    /// `target`'s inference copy (fused layer norms, no autograd graph), rebuilt whenever the
+    /// target changes: it shares storage with `target` only in f32.
+    target_inference: MuZeroNetwork,
     optimizer: AdamW,
 }
 
@@ -61,11 +64,19 @@ impl Replica {
             .map(|(n, v)| (n.clone(), v.clone()))
             .collect();
         let optimizer = AdamW::new(named, config.optimizer.clone())?;
+        let target_inference = target.inference_copy()?;
         Ok(Self {
             network,
             target,
+            target_inference,
             optimizer,
         })
+    }
+
+    /// Rebuild the target's inference copy after the target changed.
+    fn target_changed(&mut self) -> Result<(), NetworkError> {
+        self.target_inference = self.target.inference_copy()?;
+        Ok(())
     }
 
     /// Value targets for `batch`: the stored ones, or re-bootstrapped with the target network.
@@ -73,7 +84,9 @@ impl Replica {
         match mode {
             ValueTarget::StoredRoot => Ok(batch.target_values.clone()),
             ValueTarget::TargetNetwork => {
-                let values = self.target.values(&batch.bootstrap_observations)?;
+                let values = self
+                    .target_inference
+                    .values(&batch.bootstrap_observations)?;
                 Ok(batch
                     .reward_sums
                     .iter()
@@ -92,26 +105,20 @@ impl Replica {
         config: &LearnerConfig,
     ) -> Result<ReplicaResult, NetworkError> {
         let targets = self.value_targets(batch, config.value_target)?;
-        let loss = unrolled_loss(&self.network, batch, &targets, config.value_loss_weight)?;
+        let network = self.network.training_view()?;
+        let loss = unrolled_loss(&network, batch, &targets, config.value_loss_weight)?;
         let grads = loss.total.backward()?;
         Ok(ReplicaResult {
             grads: self.optimizer.gradients(&grads),
-            total: loss.total.to_scalar::<f32>()?,
-            value: loss.value,
-            reward: loss.reward,
-            policy: loss.policy,
-            priorities: loss.priorities,
+            loss,
         })
     }
 }
 
+/// A replica's gradients and its loss, still on its device (read after the update).
 struct ReplicaResult {
     grads: Vec<Option<Tensor>>,
-    total: f32,
-    value: f32,
-    reward: f32,
-    policy: f32,
-    priorities: Vec<f32>,
+    loss: LossOutput,
 }
 
 /// Owns the trainable network(s) and everything needed to update them.
@@ -202,6 +209,7 @@ impl Learner {
     ) -> Result<(), NetworkError> {
         for replica in &mut self.replicas {
             replica.target.params().copy_from(target.params())?;
+            replica.target_changed()?;
             let state = optimizer_state
                 .iter()
                 .map(|(k, t)| Ok((k.clone(), t.to_device(replica.network.device())?)))
@@ -256,15 +264,25 @@ impl Learner {
         {
             self.refresh_target()?;
         }
-        let mean = |f: fn(&ReplicaResult) -> f32| results.iter().map(f).sum::<f32>() / n as f32;
+        // The step's only read of its results: one copy per replica, the first with the norm.
+        let mut values: Vec<LossValues> = Vec::with_capacity(n);
+        for (i, (replica, result)) in self.replicas.iter().zip(&results).enumerate() {
+            let extra: Vec<&Tensor> = if i == 0 {
+                vec![&report.grad_norm]
+            } else {
+                Vec::new()
+            };
+            values.push(result.loss.read(&replica.network, &extra)?);
+        }
+        let mean = |f: fn(&LossValues) -> f32| values.iter().map(f).sum::<f32>() / n as f32;
         Ok(TrainStats {
             total_loss: mean(|r| r.total),
             value_loss: mean(|r| r.value),
             reward_loss: mean(|r| r.reward),
             policy_loss: mean(|r| r.policy),
-            grad_norm: report.grad_norm,
+            grad_norm: f64::from(values[0].extra[0]),
             learning_rate: report.learning_rate,
-            priorities: results
+            priorities: values
                 .iter()
                 .flat_map(|r| r.priorities.iter().copied())
                 .collect(),
@@ -298,11 +316,12 @@ impl Learner {
 
     /// Copy the online parameters into the target network (every replica).
     pub fn refresh_target(&mut self) -> Result<(), NetworkError> {
-        for replica in &self.replicas {
+        for replica in &mut self.replicas {
             replica
                 .target
                 .params()
                 .copy_from(replica.network.params())?;
+            replica.target_changed()?;
         }
         Ok(())
     }
@@ -454,6 +473,55 @@ mod tests {
             // Same maths, different summation order: float rounding only.
             assert!(worst < 1e-4, "N = {n} differs from one replica by {worst}");
             assert_ne!(first, weights(&network()), "training changed nothing");
+        }
+    }
+
+    /// A bf16 learner trains through the cast-once view: every f32 parameter moves, and the
+    /// first steps agree with the f32 learner to bf16 precision.
+    #[test]
+    fn a_bf16_learner_updates_every_f32_parameter_through_the_cast_view() {
+        let f32_net = network();
+        let tensors = f32_net.params().to_tensors().unwrap();
+        let spec = f32_net.spec().clone();
+        let bf16_net =
+            MuZeroNetwork::from_tensors(spec, tensors, &Device::Cpu, DType::BF16).unwrap();
+        let before = weights(&bf16_net);
+        let mut learner = Learner::new(bf16_net, config(ValueTarget::TargetNetwork)).unwrap();
+        let mut reference = Learner::new(f32_net, config(ValueTarget::TargetNetwork)).unwrap();
+        let replay = replay();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(4);
+        for _ in 0..3 {
+            let batch = replay.sample(12, &mut rng).unwrap();
+            let a = learner.train_step(&batch).unwrap();
+            let b = reference.train_step(&batch).unwrap();
+            assert!(
+                (a.total_loss - b.total_loss).abs() < 0.05 * b.total_loss.abs().max(1.0),
+                "bf16 {} vs f32 {}",
+                a.total_loss,
+                b.total_loss
+            );
+        }
+        for (name, var) in learner.network().params().named() {
+            assert_eq!(var.dtype(), DType::F32, "{name}");
+        }
+        let after = weights(learner.network());
+        let offsets: Vec<(String, usize)> = learner
+            .network()
+            .params()
+            .named()
+            .scan(0, |at, (n, v)| {
+                let start = *at;
+                *at += v.elem_count();
+                Some((n.clone(), start))
+            })
+            .collect();
+        for (i, (name, start)) in offsets.iter().enumerate() {
+            let end = offsets.get(i + 1).map_or(after.len(), |(_, s)| *s);
+            assert_ne!(
+                &after[*start..end],
+                &before[*start..end],
+                "{name} did not move"
+            );
         }
     }
 

@@ -11,16 +11,62 @@ use crate::network::layers::scale_gradient;
 use crate::network::{MuZeroNetwork, NetworkError};
 use crate::replay::Batch;
 
-/// The loss of one batch: the tensor to differentiate and its parts as numbers.
+/// The loss of one batch, still on the device: the tensor to differentiate and what the
+/// logs and the priorities need, read later in one copy ([`LossOutput::read`]).
 pub struct LossOutput {
     /// Scalar f32 tensor (weighted mean over the batch).
     pub total: Tensor,
-    /// Unweighted per-head means over the batch (summed over unroll steps, 1/K for k >= 1).
+    /// `[3]` f32: the unweighted per-head means over the batch (value, reward, policy), summed
+    /// over unroll steps with 1/K for k >= 1.
+    pub parts: Tensor,
+    /// `[B, value_support]` f32: the value logits at k = 0 (for the new priorities).
+    pub first_value_logits: Tensor,
+    /// The value targets at k = 0, `[B]` (host side already).
+    first_targets: Vec<f32>,
+}
+
+/// The numbers of a [`LossOutput`], on the host.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LossValues {
+    pub total: f32,
     pub value: f32,
     pub reward: f32,
     pub policy: f32,
     /// New priorities: |predicted value at k = 0 - value target at k = 0|, `[B]`.
     pub priorities: Vec<f32>,
+    /// The scalars passed to [`LossOutput::read`] as `extra`, in order.
+    pub extra: Vec<f32>,
+}
+
+impl LossOutput {
+    /// Everything in one device-to-host copy (one blocking synchronisation on a GPU), with the
+    /// scalar tensors in `extra` (for example the gradient norm) read in the same copy.
+    pub fn read(
+        &self,
+        network: &MuZeroNetwork,
+        extra: &[&Tensor],
+    ) -> Result<LossValues, NetworkError> {
+        let mut pieces = vec![self.total.reshape(1)?, self.parts.clone()];
+        for t in extra {
+            pieces.push(t.to_dtype(DType::F32)?.reshape(1)?);
+        }
+        pieces.push(self.first_value_logits.flatten_all()?);
+        let all = crate::op_count::read_f32(&Tensor::cat(&pieces, 0)?)?;
+        let head = 4 + extra.len();
+        let first_values = network.spec().value_support.logits_to_scalars(&all[head..]);
+        Ok(LossValues {
+            total: all[0],
+            value: all[1],
+            reward: all[2],
+            policy: all[3],
+            priorities: first_values
+                .iter()
+                .zip(&self.first_targets)
+                .map(|(v, z)| (v - z).abs())
+                .collect(),
+            extra: all[4..head].to_vec(),
+        })
+    }
 }
 
 /// Compute the unrolled loss of `batch` with `target_values` (`[B * (K+1)]`, the batch's own
@@ -53,9 +99,7 @@ pub fn unrolled_loss(
     let observations = network.observation_tensor(&batch.observations)?;
     let mut latent = network.represent(&observations)?;
     let (mut policy_logits, mut value_logits) = network.predict(&latent)?;
-    let first_values = spec
-        .value_support
-        .logits_to_scalars(&value_logits.flatten_all()?.to_vec1::<f32>()?);
+    let first_value_logits = value_logits.detach();
 
     let cross_entropy = |logits: &Tensor, targets: &Tensor| -> candle_core::Result<Tensor> {
         // [B, n] x [B, n] -> [B]
@@ -65,7 +109,8 @@ pub fn unrolled_loss(
     };
 
     let mut per_sample = Tensor::zeros(b, DType::F32, device)?;
-    let (mut value_sum, mut reward_sum, mut policy_sum) = (0f32, 0f32, 0f32);
+    // Per step: [value, reward, policy] means, scaled; summed on the device.
+    let mut parts: Vec<Tensor> = Vec::with_capacity(steps);
     for k in 0..steps {
         let mut reward_ce = None;
         if k > 0 {
@@ -91,25 +136,33 @@ pub fn unrolled_loss(
                 * &pmask)?;
         let scale = if k == 0 { 1.0 } else { 1.0 / k_steps as f64 };
         let mut step_loss = ((&value_ce * value_loss_weight)? + &policy_ce)?;
-        value_sum += value_ce.mean_all()?.to_scalar::<f32>()? * scale as f32;
-        policy_sum += policy_ce.mean_all()?.to_scalar::<f32>()? * scale as f32;
-        if let Some(r) = reward_ce {
-            let r = (r * &vmask)?;
-            reward_sum += r.mean_all()?.to_scalar::<f32>()? * scale as f32;
-            step_loss = (step_loss + r)?;
-        }
+        let reward_mean = match reward_ce {
+            Some(r) => {
+                let r = (r * &vmask)?;
+                let mean = r.detach().mean_all()?;
+                step_loss = (step_loss + r)?;
+                mean
+            }
+            None => Tensor::zeros((), DType::F32, device)?,
+        };
+        let means = Tensor::stack(
+            &[
+                value_ce.detach().mean_all()?,
+                reward_mean,
+                policy_ce.detach().mean_all()?,
+            ],
+            0,
+        )?;
+        parts.push((means * scale)?);
         per_sample = (per_sample + (step_loss * scale)?)?;
     }
     let total = (per_sample * weights)?.mean_all()?;
-    let priorities = (0..b)
-        .map(|i| (first_values[i] - target_values[i * steps]).abs())
-        .collect();
+    let parts = Tensor::stack(&parts, 0)?.sum(0)?;
     Ok(LossOutput {
         total,
-        value: value_sum,
-        reward: reward_sum,
-        policy: policy_sum,
-        priorities,
+        parts,
+        first_value_logits,
+        first_targets: (0..b).map(|i| target_values[i * steps]).collect(),
     })
 }
 
@@ -262,7 +315,9 @@ mod tests {
         .unwrap();
         let first = unrolled_loss(&net, &batch, &batch.target_values, 1.0).unwrap();
         let initial = first.total.to_scalar::<f32>().unwrap();
-        let (init_v, init_r, init_p) = (first.value, first.reward, first.policy);
+        let first_values = first.read(&net, &[]).unwrap();
+        let (init_v, init_r, init_p) =
+            (first_values.value, first_values.reward, first_values.policy);
         let mut last = None;
         for _ in 0..150 {
             let loss = unrolled_loss(&net, &batch, &batch.target_values, 1.0).unwrap();
@@ -273,8 +328,14 @@ mod tests {
         let last = last.unwrap();
         let fin = last.total.to_scalar::<f32>().unwrap();
         assert!(fin < 0.5 * initial, "loss {initial} -> {fin}");
-        assert!(last.value < init_v && last.reward < init_r && last.policy < init_p);
-        assert_eq!(last.priorities.len(), 32);
+        let last_values = last.read(&net, &[]).unwrap();
+        assert!((last_values.total - fin).abs() < 1e-6);
+        assert!(
+            last_values.value < init_v
+                && last_values.reward < init_r
+                && last_values.policy < init_p
+        );
+        assert_eq!(last_values.priorities.len(), 32);
         // Parameters (and so the optimizer's updates) stay f32 whatever the compute dtype.
         assert!(net.params().vars().iter().all(|v| v.dtype() == DType::F32));
     }

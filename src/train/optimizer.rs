@@ -58,10 +58,11 @@ pub struct AdamW {
 }
 
 /// What one optimizer step did.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct StepReport {
-    /// Global gradient norm before clipping.
-    pub grad_norm: f64,
+    /// Global gradient norm before clipping: a scalar f32 tensor, left on the device so that
+    /// it is read with the loss in one copy (`LossOutput::read`).
+    pub grad_norm: Tensor,
     pub learning_rate: f64,
 }
 
@@ -100,17 +101,20 @@ impl AdamW {
             .collect()
     }
 
-    /// Global L2 norm of `grads` (in parameter order; missing ones count 0).
-    pub fn grad_norm(grads: &[Option<Tensor>]) -> Result<f64, NetworkError> {
-        let mut total = 0f64;
-        for g in grads.iter().flatten() {
-            total += g
-                .sqr()?
-                .sum_all()?
-                .to_dtype(candle_core::DType::F64)?
-                .to_scalar::<f64>()?;
+    /// Global L2 norm of `grads` (in parameter order; missing ones count 0), as a scalar f32
+    /// tensor on the gradients' device: no host read.
+    pub fn grad_norm(grads: &[Option<Tensor>]) -> Result<Tensor, NetworkError> {
+        let squares = grads
+            .iter()
+            .flatten()
+            .map(|g| g.to_dtype(candle_core::DType::F32)?.sqr()?.sum_all())
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        if squares.is_empty() {
+            return Err(NetworkError::Candle(candle_core::Error::Msg(
+                "no gradients to take the norm of".into(),
+            )));
         }
-        Ok(total.sqrt())
+        Ok(Tensor::stack(&squares, 0)?.sum_all()?.sqrt()?)
     }
 
     /// One update with `learning_rate` from a backward pass, clipping by the global norm first.
@@ -130,10 +134,12 @@ impl AdamW {
         learning_rate: f64,
     ) -> Result<StepReport, NetworkError> {
         let grad_norm = Self::grad_norm(grads)?;
-        let clip = if self.config.max_grad_norm > 0.0 && grad_norm > self.config.max_grad_norm {
-            self.config.max_grad_norm / (grad_norm + 1e-6)
+        // min(1, max_norm / (norm + 1e-6)) on the device: clipping needs no host read.
+        let clip = if self.config.max_grad_norm > 0.0 {
+            let limit = Tensor::full(self.config.max_grad_norm as f32, (), grad_norm.device())?;
+            Some(limit.div(&(&grad_norm + 1e-6)?)?.minimum(1f32)?)
         } else {
-            1.0
+            None
         };
         self.step += 1;
         let c = &self.config;
@@ -150,7 +156,11 @@ impl AdamW {
             let Some(g) = g else {
                 continue;
             };
-            let g = (g.to_device(var.device())? * clip)?;
+            let g = g.to_device(var.device())?;
+            let g = match &clip {
+                Some(c) => g.broadcast_mul(&c.to_device(var.device())?)?,
+                None => g,
+            };
             *m = ((&*m * c.beta1)? + (&g * (1.0 - c.beta1))?)?;
             *v = ((&*v * c.beta2)? + (g.sqr()? * (1.0 - c.beta2))?)?;
             let m_hat = (&*m / bias1)?;
@@ -255,7 +265,7 @@ mod tests {
             let loss = x.as_tensor().sqr().unwrap().sum_all().unwrap();
             let grads = loss.backward().unwrap();
             let report = opt.step(&grads, 0.1).unwrap();
-            assert!(report.grad_norm.is_finite());
+            assert!(report.grad_norm.to_scalar::<f32>().unwrap().is_finite());
         }
         let v = x.as_tensor().to_vec1::<f32>().unwrap();
         assert!(v.iter().all(|x| x.abs() < 0.05), "{v:?}");

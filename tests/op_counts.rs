@@ -1,0 +1,121 @@
+//! The op and host-read counters, and what they pin down: one device-to-host read per search
+//! simulation and two per training step. The counters are process-wide, so every test here
+//! takes `LOCK` and the other test binaries (separate processes) cannot disturb them.
+
+use std::sync::Mutex;
+
+use candle_core::{DType, Device, Tensor};
+use rand::SeedableRng;
+
+use cumind::network::{MuZeroNetwork, SearchModel};
+use cumind::op_count::{read_f32, OpCount};
+use cumind::replay::ReplayBuffer;
+use cumind::search::{SearchConfig, SearchInput, SearchPolicy, Searcher};
+use cumind::testing::games::{replay_config, RandomGame};
+use cumind::testing::specs::tiny_spec;
+use cumind::train::Learner;
+use cumind::Config;
+
+static LOCK: Mutex<()> = Mutex::new(());
+
+#[test]
+fn the_counters_count_what_happens_in_between() {
+    let _guard = LOCK.lock().unwrap();
+    let a = Tensor::ones((2, 3), DType::F32, &Device::Cpu).unwrap();
+    let mark = OpCount::start();
+    let b = (&a + &a).unwrap();
+    let c = b.exp().unwrap();
+    let d = c.sum_all().unwrap();
+    let values = read_f32(&d).unwrap();
+    let count = OpCount::since(mark);
+    assert_eq!(count.host_reads, 1);
+    // add, exp, sum_all (a sum and a reshape in candle), and the read's flatten (a view,
+    // still a tensor).
+    assert_eq!(count.tensor_ops, 5, "{count:?}");
+    assert!((values[0] - 6.0 * 2f32.exp()).abs() < 1e-4);
+    assert_eq!(OpCount::since(OpCount::start()), OpCount::default());
+}
+
+fn search_config(policy: SearchPolicy, simulations: usize) -> SearchConfig {
+    SearchConfig {
+        num_simulations: simulations,
+        discount: 0.99,
+        c1: 1.25,
+        c2: 19652.0,
+        dirichlet_alpha: 0.3,
+        exploration_fraction: 0.25,
+        two_player: false,
+        policy,
+    }
+}
+
+#[test]
+fn a_search_reads_from_the_device_once_per_simulation() {
+    let _guard = LOCK.lock().unwrap();
+    for shape in [vec![4], vec![2, 3, 3]] {
+        let spec = tiny_spec(shape.clone(), 3);
+        let net = MuZeroNetwork::new(spec, 1, &Device::Cpu, DType::F32).unwrap();
+        let per: usize = shape.iter().product();
+        let batch = 5;
+        let observations: Vec<f32> = (0..batch * per).map(|i| (i as f32 * 0.1).sin()).collect();
+        let masks = vec![true; batch * 3];
+        let mut searcher = Searcher::new();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        for simulations in [8, 20] {
+            let mut model = SearchModel::new(&net);
+            let mark = OpCount::start();
+            searcher
+                .run(
+                    &mut model,
+                    &search_config(SearchPolicy::Puct, simulations),
+                    &SearchInput {
+                        observations: &observations,
+                        batch,
+                        legal_masks: &masks,
+                        add_noise: false,
+                    },
+                    &mut rng,
+                )
+                .unwrap();
+            let count = OpCount::since(mark);
+            // The initial inference and one call per simulation: one read each.
+            assert_eq!(
+                count.host_reads,
+                simulations as u64 + 1,
+                "shape {shape:?}, {simulations} simulations: {count:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_training_step_reads_from_the_device_at_most_twice() {
+    let _guard = LOCK.lock().unwrap();
+    let mut replay = ReplayBuffer::new(replay_config(10_000, 5, 10, 0.997));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let game = RandomGame {
+        obs_len: 4,
+        num_actions: 2,
+        len: 30,
+        rewards: 0.0..1.0,
+        root_values: 0.0..5.0,
+        terminated: false,
+        final_value: 3.0,
+    };
+    for _ in 0..6 {
+        replay.save_game(game.draw(&mut rng)).unwrap();
+    }
+    let config = Config::default_config();
+    let net = MuZeroNetwork::new(tiny_spec(vec![4], 2), 2, &Device::Cpu, DType::F32).unwrap();
+    let mut learner = Learner::new(net, cumind::components::learner_config(&config, 100)).unwrap();
+    for step in 0..4 {
+        let batch = replay.sample(16, &mut rng).unwrap();
+        let mark = OpCount::start();
+        let stats = learner.train_step(&batch).unwrap();
+        let count = OpCount::since(mark);
+        // The target network's bootstrap values, then the loss, norm and priorities together.
+        assert!(count.host_reads <= 2, "step {step}: {count:?}");
+        assert!(stats.total_loss.is_finite() && stats.grad_norm > 0.0);
+        assert_eq!(stats.priorities.len(), 16);
+    }
+}
