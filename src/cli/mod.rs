@@ -47,6 +47,9 @@ pub fn open_device(kind: DeviceKind) -> Result<Device> {
             // copy of them (another thread); on one stream, work runs in the order the threads
             // enqueued it, and the hand-offs between them (channels, joins) fix that order.
             // NCCL's communicators use the same stream (src/train/nccl.rs).
+            // f32 matrix products may use TF32 tensor cores (bf16, the CUDA default, is not
+            // affected): `model_dtype = float32` on a GPU trades ~3 decimal digits for speed.
+            candle_core::cuda::set_gemm_reduced_precision_f32(true);
             Device::new_cuda_with_stream(index).with_context(|| {
                 format!(
                     "cannot open CUDA device {index}: is an NVIDIA GPU with a driver present, and \
