@@ -24,6 +24,9 @@ pub struct Linear {
     bias: Tensor,
     /// `W^T`, contiguous, in an inference copy (one op less per call).
     weight_t: Option<Tensor>,
+    /// Inference copy only: the bias is already inside `weight_t` (see
+    /// [`Linear::fold_bias_into_rows`]), so no bias is added.
+    bias_folded: bool,
 }
 
 impl Linear {
@@ -55,7 +58,44 @@ impl Linear {
             weight,
             bias: bias?,
             weight_t,
+            bias_folded: false,
         })
+    }
+
+    /// Output width.
+    pub fn outputs(&self) -> usize {
+        self.bias.dims()[0]
+    }
+
+    /// Inference copies only: one layer computing `a` and `b` side by side (their outputs
+    /// concatenated), one matrix product instead of two for inputs they share.
+    pub fn concat_outputs(a: &Linear, b: &Linear) -> candle_core::Result<Linear> {
+        let (Some(wa), Some(wb)) = (&a.weight_t, &b.weight_t) else {
+            candle_core::bail!("Linear::concat_outputs needs inference copies");
+        };
+        Ok(Linear {
+            weight: Tensor::cat(&[&a.weight, &b.weight], 0)?,
+            bias: Tensor::cat(&[&a.bias, &b.bias], 0)?,
+            weight_t: Some(Tensor::cat(&[wa, wb], 1)?),
+            bias_folded: false,
+        })
+    }
+
+    /// Inference copies only, for an input whose columns `start..` are one-hot (exactly one 1
+    /// per row, as an action encoding is): adding the bias to each of those rows of `W^T`
+    /// gives the same output without a separate bias add.
+    pub fn fold_bias_into_rows(&mut self, start: usize) -> candle_core::Result<()> {
+        let Some(weight_t) = &self.weight_t else {
+            candle_core::bail!("Linear::fold_bias_into_rows needs an inference copy");
+        };
+        let rows = weight_t.dim(0)?;
+        let head = weight_t.narrow(0, 0, start)?;
+        let tail = weight_t
+            .narrow(0, start, rows - start)?
+            .broadcast_add(&self.bias.to_dtype(weight_t.dtype())?.unsqueeze(0)?)?;
+        self.weight_t = Some(Tensor::cat(&[&head, &tail], 0)?.contiguous()?);
+        self.bias_folded = true;
+        Ok(())
     }
 
     /// # Shapes
@@ -63,9 +103,11 @@ impl Linear {
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let dtype = x.dtype();
         if let Some(weight_t) = &self.weight_t {
-            return x
-                .matmul(&cast(weight_t, dtype)?)?
-                .broadcast_add(&cast(&self.bias, dtype)?);
+            let y = x.matmul(&cast(weight_t, dtype)?)?;
+            if self.bias_folded {
+                return Ok(y);
+            }
+            return y.broadcast_add(&cast(&self.bias, dtype)?);
         }
         let w = cast(&self.weight, dtype)?;
         let b = cast(&self.bias, dtype)?;
@@ -213,6 +255,11 @@ impl Trunk {
             input: first?,
             blocks: blocks?,
         })
+    }
+
+    /// The first layer's [`Linear::fold_bias_into_rows`] (inference copies).
+    pub fn fold_input_bias_into_rows(&mut self, start: usize) -> candle_core::Result<()> {
+        self.input.linear.fold_bias_into_rows(start)
     }
 
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {

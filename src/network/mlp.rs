@@ -46,6 +46,9 @@ pub struct Dynamics {
     latent_out: Linear,
     reward_hidden: Linear,
     reward_out: Linear,
+    /// Inference copies: `latent_out` and `reward_hidden` as one layer (they read the same
+    /// input), and the trunk's first bias folded into its action rows.
+    fused: Option<Linear>,
 }
 
 impl Dynamics {
@@ -69,11 +72,19 @@ impl Dynamics {
             true,
         );
         pb.pop();
+        let (mut trunk, latent_out, reward_hidden) = (trunk?, latent_out?, reward_hidden?);
+        let fused = if pb.is_frozen() {
+            trunk.fold_input_bias_into_rows(spec.latent_dim)?;
+            Some(Linear::concat_outputs(&latent_out, &reward_hidden)?)
+        } else {
+            None
+        };
         Ok(Self {
-            trunk: trunk?,
-            latent_out: latent_out?,
-            reward_hidden: reward_hidden?,
+            trunk,
+            latent_out,
+            reward_hidden,
             reward_out: reward_out?,
+            fused,
         })
     }
 
@@ -87,6 +98,16 @@ impl Dynamics {
     ) -> candle_core::Result<(Tensor, Tensor)> {
         let x = Tensor::cat(&[latent, action_one_hot], 1)?;
         let h = self.trunk.forward(&x)?;
+        if let Some(fused) = &self.fused {
+            let both = fused.forward(&h)?;
+            let latent_dim = latent.dim(1)?;
+            let hidden = both.dim(1)? - latent_dim;
+            let next = min_max_scale(&both.narrow(1, 0, latent_dim)?)?;
+            let reward = self
+                .reward_out
+                .forward(&both.narrow(1, latent_dim, hidden)?.relu()?)?;
+            return Ok((next, reward));
+        }
         let next = min_max_scale(&self.latent_out.forward(&h)?)?;
         let reward = self
             .reward_out
@@ -102,6 +123,8 @@ pub struct Prediction {
     policy_out: Linear,
     value_hidden: Linear,
     value_out: Linear,
+    /// Inference copies: `policy_out` and `value_hidden` as one layer (same input).
+    fused: Option<Linear>,
 }
 
 impl Prediction {
@@ -124,11 +147,18 @@ impl Prediction {
             true,
         );
         pb.pop();
+        let (policy_out, value_hidden) = (policy_out?, value_hidden?);
+        let fused = if pb.is_frozen() {
+            Some(Linear::concat_outputs(&policy_out, &value_hidden)?)
+        } else {
+            None
+        };
         Ok(Self {
             trunk: trunk?,
-            policy_out: policy_out?,
-            value_hidden: value_hidden?,
+            policy_out,
+            value_hidden,
             value_out: value_out?,
+            fused,
         })
     }
 
@@ -136,6 +166,17 @@ impl Prediction {
     /// `latent`: `[B, latent_dim]` -> (policy logits `[B, A]`, value logits `[B, value_support]`).
     pub fn forward(&self, latent: &Tensor) -> candle_core::Result<(Tensor, Tensor)> {
         let h = self.trunk.forward(latent)?;
+        if let Some(fused) = &self.fused {
+            let both = fused.forward(&h)?;
+            let actions = both.dim(1)? - self.value_hidden.outputs();
+            let policy = both.narrow(1, 0, actions)?;
+            let value = self.value_out.forward(
+                &both
+                    .narrow(1, actions, self.value_hidden.outputs())?
+                    .relu()?,
+            )?;
+            return Ok((policy, value));
+        }
         let policy = self.policy_out.forward(&h)?;
         let value = self
             .value_out
