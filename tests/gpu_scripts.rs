@@ -74,8 +74,8 @@ fn benchmark_gpu_checks_the_features_not_just_that_the_binary_runs() {
 }
 
 #[test]
-fn the_gpu_scripts_parse() {
-    for script in ["benchmark_gpu.sh", "gpu_first_run.sh"] {
+fn the_benchmark_scripts_parse() {
+    for script in ["benchmark_gpu.sh", "gpu_first_run.sh", "compare_mctx.sh"] {
         let path = format!("{}/scripts/{script}", env!("CARGO_MANIFEST_DIR"));
         let out = Command::new("bash").args(["-n", &path]).output().unwrap();
         assert!(out.status.success(), "{script}: {}", text(&out));
