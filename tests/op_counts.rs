@@ -36,6 +36,30 @@ fn the_counters_count_what_happens_in_between() {
     assert_eq!(OpCount::since(OpCount::start()), OpCount::default());
 }
 
+#[test]
+fn the_fused_kernels_are_one_op_each_on_f32_cpu_tensors() {
+    use cumind::network::fused::{add_bias, layer_norm, soft_cross_entropy};
+    let _guard = LOCK.lock().unwrap();
+    let x = Tensor::arange(0f32, 24.0, &Device::Cpu)
+        .unwrap()
+        .reshape((4, 6))
+        .unwrap();
+    let gamma = Tensor::ones(6, DType::F32, &Device::Cpu).unwrap();
+    let beta = Tensor::zeros(6, DType::F32, &Device::Cpu).unwrap();
+    let targets = Tensor::full(1.0f32 / 6.0, (4, 6), &Device::Cpu).unwrap();
+    let ops = |f: &dyn Fn() -> Tensor| {
+        let mark = OpCount::start();
+        f();
+        OpCount::since(mark).tensor_ops
+    };
+    assert_eq!(ops(&|| layer_norm(&x, &gamma, &beta, 1e-5).unwrap()), 1);
+    assert_eq!(ops(&|| add_bias(&x, &gamma).unwrap()), 1);
+    assert_eq!(ops(&|| soft_cross_entropy(&x, &targets).unwrap()), 1);
+    // Other dtypes take the written-out ops.
+    let half = x.to_dtype(DType::BF16).unwrap();
+    assert!(ops(&|| layer_norm(&half, &gamma, &beta, 1e-5).unwrap()) > 5);
+}
+
 fn search_config(policy: SearchPolicy, simulations: usize) -> SearchConfig {
     SearchConfig {
         num_simulations: simulations,

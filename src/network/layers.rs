@@ -1,10 +1,12 @@
 //! Small layers that keep f32 weights and compute in the input's dtype.
 //!
 //! candle's stock `Linear` fails on bf16 input with f32 weights, and its fused `layer_norm`
-//! has no backward (see docs/dependencies.md), so these are written out with ops that have both.
+//! has no backward (see docs/dependencies.md), so these use `fused`'s kernels (f32 on the
+//! CPU) or ops that have both.
 
 use candle_core::{DType, Tensor, D};
 
+use super::fused::{self, add_bias};
 use super::params::ParamBuilder;
 use super::NetworkError;
 
@@ -107,11 +109,11 @@ impl Linear {
             if self.bias_folded {
                 return Ok(y);
             }
-            return y.broadcast_add(&cast(&self.bias, dtype)?);
+            return add_bias(&y, &cast(&self.bias, dtype)?);
         }
         let w = cast(&self.weight, dtype)?;
         let b = cast(&self.bias, dtype)?;
-        x.matmul(&w.t()?)?.broadcast_add(&b)
+        add_bias(&x.matmul(&w.t()?)?, &b)
     }
 }
 
@@ -164,10 +166,7 @@ impl LayerNorm {
             let beta = cast(&self.beta, x.dtype())?;
             return candle_nn::ops::layer_norm(&x.contiguous()?, &gamma, &beta, 1e-5);
         }
-        let out = standardize(x, 1e-5)?
-            .broadcast_mul(&self.gamma)?
-            .broadcast_add(&self.beta)?;
-        cast(&out, x.dtype())
+        fused::layer_norm(x, &self.gamma, &self.beta, 1e-5)
     }
 }
 

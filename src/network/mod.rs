@@ -5,6 +5,7 @@
 //! reduced in f32. The device arrives with the caller's choice; nothing here picks one.
 
 pub mod conv;
+pub mod fused;
 pub mod layers;
 pub mod mlp;
 pub mod params;

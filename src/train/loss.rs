@@ -5,8 +5,9 @@
 //! gradient entering the dynamics is scaled by 1/2, the losses of steps k >= 1 by 1/K, and each
 //! sample by its importance weight. Reduced in f32.
 
-use candle_core::{DType, Tensor, D};
+use candle_core::{DType, Tensor};
 
+use crate::network::fused::soft_cross_entropy;
 use crate::network::layers::scale_gradient;
 use crate::network::{MuZeroNetwork, NetworkError};
 use crate::replay::Batch;
@@ -84,29 +85,25 @@ pub fn unrolled_loss(
     let a = batch.num_actions;
     let steps = k_steps + 1;
 
-    // Host-side targets in [B, K+1, ...] layout.
-    let value_probs = spec.value_support.scalars_to_probs(target_values);
-    let reward_probs = spec.reward_support.scalars_to_probs(&batch.target_rewards);
+    // Host-side targets, step-major ([K+1, B, ...]) so that each step's slice is contiguous.
     let vs = spec.value_support.size();
     let rs = spec.reward_support.size();
-    let value_targets = Tensor::from_vec(value_probs, (b, steps, vs), device)?;
-    let reward_targets = Tensor::from_vec(reward_probs, (b, steps, rs), device)?;
-    let policy_targets = Tensor::from_slice(&batch.target_policies, (b, steps, a), device)?;
-    let value_mask = Tensor::from_slice(&batch.value_mask, (b, steps), device)?;
-    let policy_mask = Tensor::from_slice(&batch.policy_mask, (b, steps), device)?;
+    let value_probs = spec.value_support.scalars_to_probs(target_values);
+    let reward_probs = spec.reward_support.scalars_to_probs(&batch.target_rewards);
+    let per_step = |data: &[f32], n: usize| {
+        Tensor::from_vec(step_major(data, b, steps, n), (steps, b, n), device)
+    };
+    let value_targets = per_step(&value_probs, vs)?;
+    let reward_targets = per_step(&reward_probs, rs)?;
+    let policy_targets = per_step(&batch.target_policies, a)?;
+    let value_mask = per_step(&batch.value_mask, 1)?.squeeze(2)?;
+    let policy_mask = per_step(&batch.policy_mask, 1)?.squeeze(2)?;
     let weights = Tensor::from_slice(&batch.weights, b, device)?;
 
     let observations = network.observation_tensor(&batch.observations)?;
     let mut latent = network.represent(&observations)?;
     let (mut policy_logits, mut value_logits) = network.predict(&latent)?;
     let first_value_logits = value_logits.detach();
-
-    let cross_entropy = |logits: &Tensor, targets: &Tensor| -> candle_core::Result<Tensor> {
-        // [B, n] x [B, n] -> [B]
-        (candle_nn::ops::log_softmax(logits, D::Minus1)? * targets)?
-            .sum(D::Minus1)?
-            .neg()
-    };
 
     let mut per_sample = Tensor::zeros(b, DType::F32, device)?;
     // Per step: [value, reward, policy] means, scaled; summed on the device.
@@ -122,18 +119,12 @@ pub fn unrolled_loss(
             let (p, v) = network.predict(&latent)?;
             policy_logits = p;
             value_logits = v;
-            reward_ce = Some(cross_entropy(
-                &reward_logits,
-                &reward_targets.narrow(1, k, 1)?.squeeze(1)?,
-            )?);
+            reward_ce = Some(soft_cross_entropy(&reward_logits, &reward_targets.get(k)?)?);
         }
-        let vmask = value_mask.narrow(1, k, 1)?.squeeze(1)?;
-        let pmask = policy_mask.narrow(1, k, 1)?.squeeze(1)?;
-        let value_ce =
-            (cross_entropy(&value_logits, &value_targets.narrow(1, k, 1)?.squeeze(1)?)? * &vmask)?;
-        let policy_ce =
-            (cross_entropy(&policy_logits, &policy_targets.narrow(1, k, 1)?.squeeze(1)?)?
-                * &pmask)?;
+        let vmask = value_mask.get(k)?;
+        let pmask = policy_mask.get(k)?;
+        let value_ce = (soft_cross_entropy(&value_logits, &value_targets.get(k)?)? * &vmask)?;
+        let policy_ce = (soft_cross_entropy(&policy_logits, &policy_targets.get(k)?)? * &pmask)?;
         let scale = if k == 0 { 1.0 } else { 1.0 / k_steps as f64 };
         let mut step_loss = ((&value_ce * value_loss_weight)? + &policy_ce)?;
         let reward_mean = match reward_ce {
@@ -164,6 +155,19 @@ pub fn unrolled_loss(
         first_value_logits,
         first_targets: (0..b).map(|i| target_values[i * steps]).collect(),
     })
+}
+
+/// `[B, S, n]` row-major -> `[S, B, n]`.
+fn step_major(data: &[f32], b: usize, steps: usize, n: usize) -> Vec<f32> {
+    debug_assert_eq!(data.len(), b * steps * n);
+    let mut out = Vec::with_capacity(data.len());
+    for k in 0..steps {
+        for i in 0..b {
+            let at = (i * steps + k) * n;
+            out.extend_from_slice(&data[at..at + n]);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -1,0 +1,565 @@
+//! Fused CPU kernels, each with a hand-written backward pass, for the three things that
+//! dominate a training step's op count on the CPU: layer normalisation, a linear layer's bias
+//! add, and the loss's soft-target cross-entropy.
+//!
+//! Written out with candle's elementary ops, a layer norm is about fifteen tensors forward and
+//! more backward, a log-softmax cross-entropy about ten, and every broadcast add's backward sums
+//! the batch dimension with candle's strided reduction (the hottest function of the training
+//! profile in docs/benchmarks.md). Each kernel here is one op forward and one backward, and
+//! allocates only its output. They run for f32 tensors on the CPU; any other dtype or device
+//! takes the written-out path (`fusable`), so CUDA and bf16 compute are unchanged.
+
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor, D};
+
+/// Whether every tensor is f32 on the CPU, where the fused kernels run.
+pub fn fusable(tensors: &[&Tensor]) -> bool {
+    tensors
+        .iter()
+        .all(|t| t.device().is_cpu() && t.dtype() == DType::F32)
+}
+
+/// The f32 elements of a contiguous CPU tensor.
+fn elements<'a>(storage: &'a CpuStorage, layout: &Layout) -> candle_core::Result<&'a [f32]> {
+    let data = storage.as_slice::<f32>()?;
+    match layout.contiguous_offsets() {
+        Some((start, end)) => Ok(&data[start..end]),
+        None => candle_core::bail!("fused kernel: input is not contiguous"),
+    }
+}
+
+/// The last dimension of a layout (the feature dimension every kernel here works along).
+fn last_dim(layout: &Layout) -> candle_core::Result<usize> {
+    match layout.dims().last() {
+        Some(&d) if d > 0 => Ok(d),
+        _ => candle_core::bail!("fused kernel: needs a non-empty last dimension"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layer norm
+
+/// Layer normalisation over the last dimension with a learned scale and shift:
+/// `(x - mean) / sqrt(var + eps) * gamma + beta`. Fused for f32 on the CPU; otherwise
+/// written out with candle's ops (statistics in f32, the result in `x`'s dtype).
+///
+/// # Shapes
+/// `x`: `[..., D]`, `gamma` and `beta`: `[D]` -> `[..., D]`.
+pub fn layer_norm(
+    x: &Tensor,
+    gamma: &Tensor,
+    beta: &Tensor,
+    eps: f64,
+) -> candle_core::Result<Tensor> {
+    if fusable(&[x, gamma, beta]) {
+        return x
+            .contiguous()?
+            .apply_op3(gamma, beta, LayerNorm { eps: eps as f32 });
+    }
+    // Statistics in f32 (f64 stays f64); the result in x's dtype.
+    let dtype = x.dtype();
+    let stats = if dtype == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    };
+    let x = x.to_dtype(stats)?;
+    let mean = x.mean_keepdim(D::Minus1)?;
+    let centred = x.broadcast_sub(&mean)?;
+    let var = centred.sqr()?.mean_keepdim(D::Minus1)?;
+    let out = centred
+        .broadcast_div(&(var + eps)?.sqrt()?)?
+        .broadcast_mul(&gamma.to_dtype(stats)?)?
+        .broadcast_add(&beta.to_dtype(stats)?)?;
+    if out.dtype() == dtype {
+        Ok(out)
+    } else {
+        out.to_dtype(dtype)
+    }
+}
+
+/// Mean and 1 / standard deviation of one row.
+fn row_moments(row: &[f32], eps: f32) -> (f32, f32) {
+    let n = row.len() as f32;
+    let mean = row.iter().sum::<f32>() / n;
+    let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    (mean, 1.0 / (var + eps).sqrt())
+}
+
+struct LayerNorm {
+    eps: f32,
+}
+
+impl CustomOp3 for LayerNorm {
+    fn name(&self) -> &'static str {
+        "cumind-layer-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (x, gamma, beta) = (elements(s1, l1)?, elements(s2, l2)?, elements(s3, l3)?);
+        let d = last_dim(l1)?;
+        if gamma.len() != d || beta.len() != d {
+            candle_core::bail!(
+                "layer norm: scale/shift of {} for {d} features",
+                gamma.len()
+            );
+        }
+        let mut out = vec![0f32; x.len()];
+        for (row, o) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+            let (mean, rstd) = row_moments(row, self.eps);
+            for i in 0..d {
+                o[i] = (row[i] - mean) * rstd * gamma[i] + beta[i];
+            }
+        }
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        gamma: &Tensor,
+        _beta: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        // One kernel computes all three gradients, packed as [dx (n), dgamma (d), dbeta (d)].
+        let packed =
+            grad.contiguous()?
+                .apply_op3_no_bwd(x, gamma, &LayerNormBackward { eps: self.eps })?;
+        let (n, d) = (x.elem_count(), gamma.elem_count());
+        let dx = packed.narrow(0, 0, n)?.reshape(x.shape())?;
+        let dgamma = packed.narrow(0, n, d)?;
+        let dbeta = packed.narrow(0, n + d, d)?;
+        Ok((Some(dx), Some(dgamma), Some(dbeta)))
+    }
+}
+
+struct LayerNormBackward {
+    eps: f32,
+}
+
+impl CustomOp3 for LayerNormBackward {
+    fn name(&self) -> &'static str {
+        "cumind-layer-norm-backward"
+    }
+
+    /// Inputs: the output gradient, x, gamma.
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (dy, x, gamma) = (elements(s1, l1)?, elements(s2, l2)?, elements(s3, l3)?);
+        let d = gamma.len();
+        let n = x.len();
+        let mut out = vec![0f32; n + 2 * d];
+        let (dx, params) = out.split_at_mut(n);
+        let (dgamma, dbeta) = params.split_at_mut(d);
+        let mut xhat = vec![0f32; d];
+        for ((row, dy_row), dx_row) in x
+            .chunks_exact(d)
+            .zip(dy.chunks_exact(d))
+            .zip(dx.chunks_exact_mut(d))
+        {
+            let (mean, rstd) = row_moments(row, self.eps);
+            let (mut mean_g, mut mean_gx) = (0f32, 0f32);
+            for i in 0..d {
+                xhat[i] = (row[i] - mean) * rstd;
+                let g = dy_row[i] * gamma[i];
+                mean_g += g;
+                mean_gx += g * xhat[i];
+                dgamma[i] += dy_row[i] * xhat[i];
+                dbeta[i] += dy_row[i];
+            }
+            mean_g /= d as f32;
+            mean_gx /= d as f32;
+            for i in 0..d {
+                let g = dy_row[i] * gamma[i];
+                dx_row[i] = rstd * (g - mean_g - xhat[i] * mean_gx);
+            }
+        }
+        let len = out.len();
+        Ok((CpuStorage::F32(out), Shape::from(len)))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bias add
+
+/// `y + b` with `b` broadcast over the rows of `y`. Fused for f32 on the CPU, where its
+/// backward sums the output gradient's rows in one contiguous pass.
+///
+/// # Shapes
+/// `y`: `[..., N]`, `b`: `[N]` -> `[..., N]`.
+pub fn add_bias(y: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
+    if fusable(&[y, b]) {
+        return y.contiguous()?.apply_op2(b, BiasAdd);
+    }
+    y.broadcast_add(b)
+}
+
+struct BiasAdd;
+
+impl CustomOp2 for BiasAdd {
+    fn name(&self) -> &'static str {
+        "cumind-bias-add"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (y, b) = (elements(s1, l1)?, elements(s2, l2)?);
+        let d = last_dim(l1)?;
+        if b.len() != d {
+            candle_core::bail!("bias add: bias of {} for {d} features", b.len());
+        }
+        let mut out = y.to_vec();
+        for row in out.chunks_exact_mut(d) {
+            for (o, bias) in row.iter_mut().zip(b) {
+                *o += bias;
+            }
+        }
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        _y: &Tensor,
+        _b: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let grad = grad.contiguous()?;
+        let db = grad.apply_op1_no_bwd(&SumRows)?;
+        Ok((Some(grad), Some(db)))
+    }
+}
+
+/// `[..., N]` -> `[N]`: the sum of all rows.
+struct SumRows;
+
+impl CustomOp1 for SumRows {
+    fn name(&self) -> &'static str {
+        "cumind-sum-rows"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let g = elements(s, l)?;
+        let d = last_dim(l)?;
+        let mut out = vec![0f32; d];
+        for row in g.chunks_exact(d) {
+            for (o, v) in out.iter_mut().zip(row) {
+                *o += v;
+            }
+        }
+        Ok((CpuStorage::F32(out), Shape::from(d)))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Soft-target cross-entropy
+
+/// `-sum_j targets_j * log_softmax(logits)_j` for each row. Fused for f32 on the CPU (targets
+/// get no gradient there: they are data).
+///
+/// # Shapes
+/// `logits`, `targets`: `[B, n]` -> `[B]`.
+pub fn soft_cross_entropy(logits: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
+    if fusable(&[logits, targets]) {
+        return logits
+            .contiguous()?
+            .apply_op2(&targets.contiguous()?, SoftCrossEntropy);
+    }
+    (candle_nn::ops::log_softmax(logits, D::Minus1)? * targets)?
+        .sum(D::Minus1)?
+        .neg()
+}
+
+/// Maximum and log-sum-exp of one row.
+fn row_log_sum_exp(row: &[f32]) -> (f32, f32) {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = row.iter().map(|v| (v - max).exp()).sum();
+    (max, max + sum.ln())
+}
+
+struct SoftCrossEntropy;
+
+impl CustomOp2 for SoftCrossEntropy {
+    fn name(&self) -> &'static str {
+        "cumind-soft-cross-entropy"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (logits, targets) = (elements(s1, l1)?, elements(s2, l2)?);
+        let n = last_dim(l1)?;
+        if l1.dims() != l2.dims() {
+            candle_core::bail!(
+                "cross-entropy: logits {:?} and targets {:?} differ",
+                l1.dims(),
+                l2.dims()
+            );
+        }
+        let out: Vec<f32> = logits
+            .chunks_exact(n)
+            .zip(targets.chunks_exact(n))
+            .map(|(row, t)| {
+                let (_, lse) = row_log_sum_exp(row);
+                row.iter().zip(t).map(|(l, t)| t * (lse - l)).sum()
+            })
+            .collect();
+        let rows = out.len();
+        Ok((CpuStorage::F32(out), Shape::from(rows)))
+    }
+
+    fn bwd(
+        &self,
+        logits: &Tensor,
+        targets: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let dlogits =
+            grad.contiguous()?
+                .apply_op3_no_bwd(logits, targets, &SoftCrossEntropyBackward)?;
+        Ok((Some(dlogits), None))
+    }
+}
+
+struct SoftCrossEntropyBackward;
+
+impl CustomOp3 for SoftCrossEntropyBackward {
+    fn name(&self) -> &'static str {
+        "cumind-soft-cross-entropy-backward"
+    }
+
+    /// Inputs: the per-row output gradient `[B]`, logits, targets; out: `[B, n]`
+    /// `grad * (softmax(logits) * sum(targets) - targets)`.
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (grad, logits, targets) = (elements(s1, l1)?, elements(s2, l2)?, elements(s3, l3)?);
+        let n = last_dim(l2)?;
+        let mut out = vec![0f32; logits.len()];
+        for (((row, t), o), g) in logits
+            .chunks_exact(n)
+            .zip(targets.chunks_exact(n))
+            .zip(out.chunks_exact_mut(n))
+            .zip(grad)
+        {
+            let (_, lse) = row_log_sum_exp(row);
+            let mass: f32 = t.iter().sum();
+            for i in 0..n {
+                o[i] = g * ((row[i] - lse).exp() * mass - t[i]);
+            }
+        }
+        Ok((CpuStorage::F32(out), l2.shape().clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+    use rand::{Rng, SeedableRng};
+
+    fn random(shape: &[usize], scale: f32, seed: u64) -> Tensor {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let n: usize = shape.iter().product();
+        let data: Vec<f32> = (0..n).map(|_| rng.random_range(-scale..scale)).collect();
+        Tensor::from_vec(data, shape, &Device::Cpu).unwrap()
+    }
+
+    fn close(a: &Tensor, b: &Tensor, tol: f32, what: &str) {
+        assert_eq!(a.dims(), b.dims(), "{what}: shapes");
+        let a = a.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let b = b.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!(
+                (x - y).abs() <= tol * (1.0 + y.abs()),
+                "{what}[{i}]: fused {x} vs written out {y}"
+            );
+        }
+    }
+
+    /// The written-out reference of each kernel: the same function, forced through candle's
+    /// elementary ops by running it in f64 and casting back.
+    fn reference(f: impl Fn(&[Tensor]) -> Tensor, inputs: &[Tensor]) -> Vec<Tensor> {
+        let vars: Vec<Var> = inputs
+            .iter()
+            .map(|t| Var::from_tensor(&t.to_dtype(DType::F64).unwrap()).unwrap())
+            .collect();
+        let ts: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
+        let out = f(&ts);
+        let mut result = vec![out.to_dtype(DType::F32).unwrap()];
+        let weights = random(out.dims(), 1.0, 99).to_dtype(DType::F64).unwrap();
+        let grads = (out * weights)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        for v in &vars {
+            result.push(
+                grads
+                    .get(v.as_tensor())
+                    .map(|g| g.to_dtype(DType::F32).unwrap())
+                    .unwrap_or_else(|| {
+                        v.as_tensor()
+                            .zeros_like()
+                            .unwrap()
+                            .to_dtype(DType::F32)
+                            .unwrap()
+                    }),
+            );
+        }
+        result
+    }
+
+    /// Output and input gradients of `f` on f32 CPU inputs (the fused kernels).
+    fn fused(
+        f: impl Fn(&[Tensor]) -> Tensor,
+        inputs: &[Tensor],
+        with_grad: &[bool],
+    ) -> Vec<Tensor> {
+        let vars: Vec<Var> = inputs
+            .iter()
+            .map(|t| Var::from_tensor(t).unwrap())
+            .collect();
+        let ts: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
+        let out = f(&ts);
+        let mut result = vec![out.clone()];
+        let weights = random(out.dims(), 1.0, 99);
+        let grads = (out * weights)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        for (v, &wanted) in vars.iter().zip(with_grad) {
+            match grads.get(v.as_tensor()) {
+                Some(g) => result.push(g.clone()),
+                None => {
+                    assert!(!wanted, "no gradient reached an input");
+                    result.push(v.as_tensor().zeros_like().unwrap());
+                }
+            }
+        }
+        result
+    }
+
+    #[test]
+    fn layer_norm_matches_the_written_out_ops_forward_and_backward() {
+        let inputs = [
+            random(&[7, 12], 3.0, 1),
+            (random(&[12], 0.5, 2) + 1.0).unwrap(),
+            random(&[12], 0.5, 3),
+        ];
+        let f = |t: &[Tensor]| layer_norm(&t[0], &t[1], &t[2], 1e-5).unwrap();
+        let got = fused(f, &inputs, &[true, true, true]);
+        let want = reference(f, &inputs);
+        for (i, what) in ["output", "dx", "dgamma", "dbeta"].iter().enumerate() {
+            close(&got[i], &want[i], 1e-4, what);
+        }
+    }
+
+    #[test]
+    fn layer_norm_of_a_strided_input_is_made_contiguous_first() {
+        let x = random(&[12, 7], 2.0, 4).t().unwrap();
+        let gamma = Tensor::ones(12, DType::F32, &Device::Cpu).unwrap();
+        let beta = Tensor::zeros(12, DType::F32, &Device::Cpu).unwrap();
+        let got = layer_norm(&x, &gamma, &beta, 1e-5).unwrap();
+        let want = layer_norm(
+            &x.to_dtype(DType::F64).unwrap(),
+            &gamma.to_dtype(DType::F64).unwrap(),
+            &beta.to_dtype(DType::F64).unwrap(),
+            1e-5,
+        )
+        .unwrap();
+        close(
+            &got,
+            &want.to_dtype(DType::F32).unwrap(),
+            1e-4,
+            "strided layer norm",
+        );
+    }
+
+    #[test]
+    fn bias_add_matches_broadcast_add_forward_and_backward() {
+        let inputs = [random(&[9, 5], 2.0, 5), random(&[5], 1.0, 6)];
+        let f = |t: &[Tensor]| add_bias(&t[0], &t[1]).unwrap();
+        let got = fused(f, &inputs, &[true, true]);
+        let want = reference(f, &inputs);
+        for (i, what) in ["output", "dy", "db"].iter().enumerate() {
+            close(&got[i], &want[i], 1e-5, what);
+        }
+    }
+
+    #[test]
+    fn soft_cross_entropy_matches_log_softmax_forward_and_backward() {
+        // Targets that are distributions, and a row of zeros (a masked step).
+        let logits = random(&[6, 5], 4.0, 7);
+        let raw = random(&[6, 5], 1.0, 8).abs().unwrap();
+        let targets = raw.broadcast_div(&raw.sum_keepdim(1).unwrap()).unwrap();
+        let mask = Tensor::new(&[1f32, 1.0, 0.0, 1.0, 1.0, 1.0], &Device::Cpu)
+            .unwrap()
+            .unsqueeze(1)
+            .unwrap();
+        let targets = targets.broadcast_mul(&mask).unwrap();
+        let inputs = [logits, targets];
+        let f = |t: &[Tensor]| soft_cross_entropy(&t[0], &t[1]).unwrap();
+        let got = fused(f, &inputs, &[true, false]);
+        let want = reference(f, &inputs);
+        close(&got[0], &want[0], 1e-5, "loss");
+        close(&got[1], &want[1], 1e-5, "dlogits");
+        // Large logits stay finite (the log-sum-exp is shifted by the row maximum).
+        let big = (random(&[2, 5], 1.0, 9) * 500.0).unwrap();
+        let t = Tensor::full(0.2f32, (2, 5), &Device::Cpu).unwrap();
+        let loss = soft_cross_entropy(&big, &t)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        assert!(loss.iter().all(|v| v.is_finite() && *v >= 0.0), "{loss:?}");
+    }
+
+    #[test]
+    fn other_dtypes_take_the_written_out_path() {
+        let x = random(&[3, 4], 1.0, 10).to_dtype(DType::BF16).unwrap();
+        assert!(!fusable(&[&x]));
+        let b = Tensor::ones(4, DType::BF16, &Device::Cpu).unwrap();
+        let y = add_bias(&x, &b).unwrap();
+        assert_eq!(y.dtype(), DType::BF16);
+        let gamma = Tensor::ones(4, DType::F32, &Device::Cpu).unwrap();
+        let beta = Tensor::zeros(4, DType::F32, &Device::Cpu).unwrap();
+        assert_eq!(
+            layer_norm(&x, &gamma, &beta, 1e-5).unwrap().dtype(),
+            DType::BF16
+        );
+    }
+}
