@@ -13,6 +13,7 @@ use std::thread::JoinHandle;
 use candle_core::Tensor;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use rayon::prelude::*;
 
 use cumind_envs::{EnvError, EpisodeStats, VectorEnv};
 
@@ -264,7 +265,8 @@ impl Evaluation {
 }
 
 /// Play `episodes` episodes greedily (no noise, most-visited action; Gumbel: its selected
-/// action), all in one batch, and report their returns.
+/// action) and report their returns. The unfinished episodes are searched together, split in
+/// two batches that run on two threads.
 ///
 /// In two-player games the agent plays against a uniformly random legal mover, as the first
 /// player in even-numbered episodes and the second in odd ones; the return is from the agent's
@@ -286,19 +288,58 @@ pub fn evaluate(
     let mut done = vec![false; episodes];
     let mut env_steps = 0;
     while done.iter().any(|d| !d) {
-        let flat: Vec<f32> = observations.concat();
-        let masks: Vec<bool> = envs.legal_action_masks().concat();
+        let all_masks = envs.legal_action_masks();
         let to_play = envs.to_play();
-        let mut model = SearchModel::new(network);
-        let out = run_search(&mut model, search, &flat, episodes, &masks, false, &mut rng)?;
-        let mut actions: Vec<usize> = choose_actions(&out, &masks, 0.0, &mut rng);
         let agent_moves: Vec<bool> = (0..episodes)
             .map(|i| !two_player || to_play[i] == i % 2)
             .collect();
+        // Search only the unfinished episodes where the agent moves, in two halves side by
+        // side (a fixed split with seeds drawn in order, so a seed plays the same games on
+        // any number of cores). Finished environments get any legal action; it is ignored.
+        let searched: Vec<usize> = (0..episodes)
+            .filter(|&i| !done[i] && agent_moves[i])
+            .collect();
+        let halves: Vec<&[usize]> = searched.chunks(searched.len().div_ceil(2).max(1)).collect();
+        let seeds: Vec<u64> = halves.iter().map(|_| rng.random()).collect();
+        let chosen = halves
+            .par_iter()
+            .zip(&seeds)
+            .map(|(half, &seed)| -> Result<Vec<usize>, SelfPlayError> {
+                let mut rng = StdRng::seed_from_u64(seed);
+                let flat: Vec<f32> = half
+                    .iter()
+                    .flat_map(|&i| observations[i].iter().copied())
+                    .collect();
+                let masks: Vec<bool> = half
+                    .iter()
+                    .flat_map(|&i| all_masks[i].iter().copied())
+                    .collect();
+                let mut model = SearchModel::new(network);
+                let out = run_search(
+                    &mut model,
+                    search,
+                    &flat,
+                    half.len(),
+                    &masks,
+                    false,
+                    &mut rng,
+                )?;
+                Ok(choose_actions(&out, &masks, 0.0, &mut rng))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut actions: Vec<usize> = all_masks
+            .iter()
+            .map(|m| m.iter().position(|&legal| legal).unwrap_or(0))
+            .collect();
+        for (half, moves) in halves.iter().zip(chosen) {
+            for (&i, action) in half.iter().zip(moves) {
+                actions[i] = action;
+            }
+        }
         for (i, action) in actions.iter_mut().enumerate() {
-            if !agent_moves[i] {
-                let legal: Vec<usize> = (0..a).filter(|&k| masks[i * a + k]).collect();
-                *action = legal[rand::Rng::random_range(&mut rng, 0..legal.len())];
+            if !done[i] && !agent_moves[i] {
+                let legal: Vec<usize> = (0..a).filter(|&k| all_masks[i][k]).collect();
+                *action = legal[rng.random_range(0..legal.len())];
             }
         }
         let result = envs.step(&actions)?;
@@ -602,5 +643,36 @@ mod tests {
         }
         assert!(some.iter().all(|&s| s <= 4), "{some:?}");
         assert_eq!(some, opening_stones(4, 5), "the seed fixes the openings");
+    }
+
+    #[test]
+    fn evaluation_plays_the_same_games_on_one_thread_or_two() {
+        let network =
+            MuZeroNetwork::new(tiny_spec(vec![3, 3, 3], 9), 3, &Device::Cpu, DType::F32).unwrap();
+        let search = SearchConfig {
+            num_simulations: 6,
+            discount: 1.0,
+            c1: 1.25,
+            c2: 19652.0,
+            dirichlet_alpha: 0.3,
+            exploration_fraction: 0.25,
+            two_player: true,
+            policy: SearchPolicy::Puct,
+        };
+        let on = |threads: usize| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(|| evaluate(&network, "TicTacToe", 7, &search, 11).unwrap())
+        };
+        let one = on(1);
+        assert_eq!(one, on(2));
+        // Games of different lengths (finished ones leave the batch), outcomes from the
+        // agent's side, every step counted once.
+        assert!(one.lengths.iter().any(|&l| l != one.lengths[0]), "{one:?}");
+        assert!(one.returns.iter().all(|r| [-1.0, 0.0, 1.0].contains(r)));
+        assert_eq!(one.env_steps, one.lengths.iter().sum::<usize>());
+        assert!(one.lengths.iter().all(|&l| (5..=9).contains(&l)));
     }
 }
