@@ -124,7 +124,7 @@ fn main() {
     for _ in 0..20 {
         let first: Vec<f32> = (0..obs_len).map(|_| rng.random_range(-1.0..1.0)).collect();
         let mut game = GameHistory::new(obs_len, a, &first, 0);
-        for _ in 0..50 {
+        for _ in 0..500 {
             let next: Vec<f32> = (0..obs_len).map(|_| rng.random_range(-1.0..1.0)).collect();
             game.push(
                 rng.random_range(0..a),

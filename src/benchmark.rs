@@ -143,7 +143,9 @@ fn peak_rss_mib() -> Option<f64> {
     Some(kib / 1024.0)
 }
 
-/// A replay buffer of random games for timing training steps.
+/// A replay buffer of random games for timing training steps: 500 steps each (a CartPole
+/// episode at its limit), so nearly every position has an n-step bootstrap term and the
+/// target network's pass is part of the step.
 fn random_replay(
     config: &Config,
     env: &EnvInfo,
@@ -155,7 +157,7 @@ fn random_replay(
     for _ in 0..20 {
         let first: Vec<f32> = (0..obs_len).map(|_| rng.random_range(-1.0..1.0)).collect();
         let mut game = GameHistory::new(obs_len, a, &first, 0);
-        for _ in 0..50 {
+        for _ in 0..500 {
             let next: Vec<f32> = (0..obs_len).map(|_| rng.random_range(-1.0..1.0)).collect();
             let policy = vec![1.0 / a as f32; a];
             game.push(

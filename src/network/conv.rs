@@ -3,6 +3,7 @@
 
 use candle_core::{DType, Tensor};
 
+use super::fused::relu;
 use super::layers::{cast, min_max_scale, scale_and_shift, standardize, Linear};
 use super::params::ParamBuilder;
 use super::{NetworkError, NetworkSpec};
@@ -99,9 +100,9 @@ impl ResConvBlock {
     }
 
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let h = self.norm1.forward(&self.conv1.forward(x)?)?.relu()?;
+        let h = relu(&self.norm1.forward(&self.conv1.forward(x)?)?)?;
         let h = self.norm2.forward(&self.conv2.forward(&h)?)?;
-        (x + h)?.relu()
+        relu(&(x + h)?)
     }
 }
 
@@ -136,7 +137,7 @@ impl ConvTrunk {
     }
 
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let mut h = self.norm.forward(&self.input.forward(x)?)?.relu()?;
+        let mut h = relu(&self.norm.forward(&self.input.forward(x)?)?)?;
         for block in &self.blocks {
             h = block.forward(&h)?;
         }
@@ -220,10 +221,10 @@ impl ConvDynamics {
         let x = Tensor::cat(&[latent, &planes], 1)?;
         let hidden = self.trunk.forward(&x)?;
         let next = min_max_scale(&hidden)?;
-        let r = self.reward_conv.forward(&hidden)?.relu()?.flatten_from(1)?;
+        let r = relu(&self.reward_conv.forward(&hidden)?)?.flatten_from(1)?;
         let reward = self
             .reward_out
-            .forward(&self.reward_hidden.forward(&r)?.relu()?)?;
+            .forward(&relu(&self.reward_hidden.forward(&r)?)?)?;
         Ok((next, reward))
     }
 }
@@ -274,12 +275,12 @@ impl ConvPrediction {
         for block in &self.blocks {
             h = block.forward(&h)?;
         }
-        let p = self.policy_conv.forward(&h)?.relu()?.flatten_from(1)?;
+        let p = relu(&self.policy_conv.forward(&h)?)?.flatten_from(1)?;
         let policy = self.policy_out.forward(&p)?;
-        let v = self.value_conv.forward(&h)?.relu()?.flatten_from(1)?;
+        let v = relu(&self.value_conv.forward(&h)?)?.flatten_from(1)?;
         let value = self
             .value_out
-            .forward(&self.value_hidden.forward(&v)?.relu()?)?;
+            .forward(&relu(&self.value_hidden.forward(&v)?)?)?;
         Ok((policy, value))
     }
 }

@@ -195,7 +195,7 @@ impl DenseBlock {
     }
 
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        self.norm.forward(&self.linear.forward(x)?)?.relu()
+        fused::relu(&self.norm.forward(&self.linear.forward(x)?)?)
     }
 }
 
@@ -225,7 +225,7 @@ impl ResidualBlock {
         let h = self
             .norm
             .forward(&self.second.forward(&self.first.forward(x)?)?)?;
-        (x + h)?.relu()
+        fused::relu(&(x + h)?)
     }
 }
 

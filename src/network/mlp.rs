@@ -3,6 +3,7 @@
 
 use candle_core::Tensor;
 
+use super::fused::relu;
 use super::layers::{min_max_scale, Linear, Trunk};
 use super::params::ParamBuilder;
 use super::{NetworkError, NetworkSpec};
@@ -111,7 +112,7 @@ impl Dynamics {
         let next = min_max_scale(&self.latent_out.forward(&h)?)?;
         let reward = self
             .reward_out
-            .forward(&self.reward_hidden.forward(&h)?.relu()?)?;
+            .forward(&relu(&self.reward_hidden.forward(&h)?)?)?;
         Ok((next, reward))
     }
 }
@@ -180,7 +181,7 @@ impl Prediction {
         let policy = self.policy_out.forward(&h)?;
         let value = self
             .value_out
-            .forward(&self.value_hidden.forward(&h)?.relu()?)?;
+            .forward(&relu(&self.value_hidden.forward(&h)?)?)?;
         Ok((policy, value))
     }
 }

@@ -84,9 +84,28 @@ impl Replica {
         match mode {
             ValueTarget::StoredRoot => Ok(batch.target_values.clone()),
             ValueTarget::TargetNetwork => {
-                let values = self
-                    .target_inference
-                    .values(&batch.bootstrap_observations)?;
+                // Only positions with a bootstrap term (a discount of 0 means the game ended
+                // within n steps, or the row is padding) go through the target network.
+                let rows = batch.bootstrap_discounts.len();
+                let obs_len = batch.bootstrap_observations.len() / rows.max(1);
+                let needed: Vec<usize> = (0..rows)
+                    .filter(|&i| batch.bootstrap_discounts[i] != 0.0)
+                    .collect();
+                let mut values = vec![0f32; rows];
+                if !needed.is_empty() {
+                    let observations: Vec<f32> = needed
+                        .iter()
+                        .flat_map(|&i| {
+                            batch.bootstrap_observations[i * obs_len..(i + 1) * obs_len]
+                                .iter()
+                                .copied()
+                        })
+                        .collect();
+                    let computed = self.target_inference.values(&observations)?;
+                    for (&i, v) in needed.iter().zip(computed) {
+                        values[i] = v;
+                    }
+                }
                 Ok(batch
                     .reward_sums
                     .iter()
@@ -552,5 +571,45 @@ mod tests {
             weights(learner.network()),
             weights(learner.target_network())
         );
+    }
+
+    #[test]
+    fn bootstrap_values_skip_rows_without_a_bootstrap_term_and_agree_with_all_rows() {
+        let learner = train(1, 2);
+        let mut replay = replay();
+        // Terminated games: positions within n steps of the end have no bootstrap term.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(21);
+        for _ in 0..5 {
+            let mut game = GameHistory::new(4, 2, &[0.3, 0.1, -0.2, 0.5], 0);
+            for _ in 0..6 {
+                let next: Vec<f32> = (0..4).map(|_| rng.random_range(-1.0..1.0)).collect();
+                game.push(rng.random_range(0..2), 1.0, 1.0, &[0.5, 0.5], &next, 0);
+            }
+            game.finish(true, 0.0);
+            replay.save_game(game).unwrap();
+        }
+        let batch = replay.sample(24, &mut rng).unwrap();
+        let zero = batch
+            .bootstrap_discounts
+            .iter()
+            .filter(|&&d| d == 0.0)
+            .count();
+        assert!(
+            zero > 0 && zero < batch.bootstrap_discounts.len(),
+            "{zero} zero discounts"
+        );
+        let all = learner
+            .target_network()
+            .values(&batch.bootstrap_observations)
+            .unwrap();
+        let got = learner.value_targets(&batch).unwrap();
+        for i in 0..got.len() {
+            let want = batch.reward_sums[i] + batch.bootstrap_discounts[i] * all[i];
+            assert!(
+                (got[i] - want).abs() < 1e-5,
+                "row {i}: {} vs {want}",
+                got[i]
+            );
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The train step: the unrolled loss, the optimizer, the learner and its replicas. The loop
 //! that calls it (actors, evaluation, checkpoints, metrics) is [`crate::trainer`].
 
+pub mod adamw_cpu;
 pub mod learner;
 pub mod loss;
 #[cfg(feature = "nccl")]

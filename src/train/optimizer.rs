@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 
+use super::adamw_cpu;
 use crate::network::NetworkError;
 
 /// AdamW hyperparameters.
@@ -128,7 +129,89 @@ impl AdamW {
     }
 
     /// One update from gradients in parameter order (for example averaged over replicas).
+    ///
+    /// With every parameter and gradient f32 on the CPU, the update runs as in-place kernels
+    /// (`adamw_cpu`); elsewhere (CUDA) as tensor ops that never wait for the device.
     pub fn step_with(
+        &mut self,
+        grads: &[Option<Tensor>],
+        learning_rate: f64,
+    ) -> Result<StepReport, NetworkError> {
+        let on_cpu = self
+            .vars
+            .iter()
+            .all(|v| adamw_cpu::on_cpu_f32(v.as_tensor()))
+            && grads.iter().flatten().all(adamw_cpu::on_cpu_f32);
+        if on_cpu {
+            self.step_in_place(grads, learning_rate)
+        } else {
+            self.step_with_ops(grads, learning_rate)
+        }
+    }
+
+    /// [`AdamW::step_with`] with in-place CPU kernels: the norm read from the gradients'
+    /// storage, then three passes per parameter.
+    fn step_in_place(
+        &mut self,
+        grads: &[Option<Tensor>],
+        learning_rate: f64,
+    ) -> Result<StepReport, NetworkError> {
+        let grads: Vec<Option<Tensor>> = grads
+            .iter()
+            .map(|g| g.as_ref().map(|g| g.contiguous()).transpose())
+            .collect::<candle_core::Result<_>>()?;
+        if grads.iter().all(Option::is_none) {
+            return Err(NetworkError::Candle(candle_core::Error::Msg(
+                "no gradients to take the norm of".into(),
+            )));
+        }
+        let mut squares = 0f64;
+        for g in grads.iter().flatten() {
+            squares += adamw_cpu::sum_of_squares(g)?;
+        }
+        let norm = squares.sqrt();
+        let clip = if self.config.max_grad_norm > 0.0 {
+            (self.config.max_grad_norm / (norm + 1e-6)).min(1.0)
+        } else {
+            1.0
+        };
+        self.step += 1;
+        let c = &self.config;
+        let t = self.step as f64;
+        let update = adamw_cpu::ParameterUpdate {
+            learning_rate: learning_rate as f32,
+            weight_decay: c.weight_decay as f32,
+            bias1: (1.0 - c.beta1.powf(t)) as f32,
+            bias2: (1.0 - c.beta2.powf(t)) as f32,
+            eps: c.eps as f32,
+        };
+        for (((var, m), v), g) in self
+            .vars
+            .iter()
+            .zip(&self.first_moments)
+            .zip(&self.second_moments)
+            .zip(&grads)
+        {
+            let Some(g) = g else {
+                continue;
+            };
+            let moment = |decay: f64, squared: bool| adamw_cpu::MomentUpdate {
+                decay: decay as f32,
+                clip: clip as f32,
+                squared,
+            };
+            m.inplace_op2(g, &moment(c.beta1, false))?;
+            v.inplace_op2(g, &moment(c.beta2, true))?;
+            var.as_tensor().inplace_op3(m, v, &update)?;
+        }
+        Ok(StepReport {
+            grad_norm: Tensor::new(norm as f32, &candle_core::Device::Cpu)?,
+            learning_rate,
+        })
+    }
+
+    /// [`AdamW::step_with`] written with tensor ops (any device, no host read).
+    fn step_with_ops(
         &mut self,
         grads: &[Option<Tensor>],
         learning_rate: f64,
@@ -273,5 +356,89 @@ mod tests {
         let (state, step) = opt.state();
         assert_eq!(step, 300);
         assert!(state.contains_key("m.x") && state.contains_key("v.x"));
+    }
+
+    #[test]
+    fn the_in_place_cpu_update_equals_the_tensor_op_update() {
+        let dev = candle_core::Device::Cpu;
+        let config = AdamWConfig {
+            learning_rate: 0.01,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+            max_grad_norm: 0.5,
+        };
+        let start = [
+            Tensor::new(&[[0.5f32, -1.0, 2.0], [0.1, 0.0, -0.3]], &dev).unwrap(),
+            Tensor::new(&[1.5f32, -0.25], &dev).unwrap(),
+            Tensor::new(&[3.0f32], &dev).unwrap(),
+        ];
+        let make = || {
+            let vars: Vec<Var> = start
+                .iter()
+                .map(|t| Var::from_tensor(&t.copy().unwrap()).unwrap())
+                .collect();
+            let named = vars
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (format!("p{i}"), v.clone()))
+                .collect();
+            (vars, AdamW::new(named, config.clone()).unwrap())
+        };
+        let (in_place_vars, mut in_place) = make();
+        let (op_vars, mut ops) = make();
+        for step in 0..5 {
+            // A transposed (non-contiguous) gradient, a missing one, and a norm above the clip.
+            let grads = vec![
+                Some(
+                    Tensor::new(
+                        &[[0.3f32, 1.0], [-2.0, 0.5], [0.7, -0.1 * step as f32]],
+                        &dev,
+                    )
+                    .unwrap()
+                    .t()
+                    .unwrap(),
+                ),
+                if step % 2 == 0 {
+                    Some(Tensor::new(&[-0.4f32, 0.9], &dev).unwrap())
+                } else {
+                    None
+                },
+                None,
+            ];
+            let a = in_place.step_in_place(&grads, 0.01).unwrap();
+            let b = ops.step_with_ops(&grads, 0.01).unwrap();
+            let (na, nb) = (
+                a.grad_norm.to_scalar::<f32>().unwrap(),
+                b.grad_norm.to_scalar::<f32>().unwrap(),
+            );
+            assert!((na - nb).abs() < 1e-5 * nb, "norm {na} vs {nb}");
+        }
+        let close = |x: &Tensor, y: &Tensor, what: &str| {
+            let x = x.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let y = y.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            for (a, b) in x.iter().zip(&y) {
+                assert!(
+                    (a - b).abs() <= 1e-6 * (1.0 + b.abs()),
+                    "{what}: {x:?} vs {y:?}"
+                );
+            }
+        };
+        for (i, (a, b)) in in_place_vars.iter().zip(&op_vars).enumerate() {
+            close(a.as_tensor(), b.as_tensor(), &format!("p{i}"));
+        }
+        // Parameters moved (the third never had a gradient and stays put).
+        assert!(in_place_vars[0].as_tensor().to_vec2::<f32>().unwrap()[0][0] != 0.5);
+        assert_eq!(
+            in_place_vars[2].as_tensor().to_vec1::<f32>().unwrap(),
+            vec![3.0]
+        );
+        let (sa, _) = in_place.state();
+        let (sb, _) = ops.state();
+        for (name, t) in &sa {
+            close(t, &sb[name], name);
+        }
+        assert_eq!(in_place.step_count(), 5);
     }
 }
