@@ -170,7 +170,8 @@ pub struct SelfPlayConfig {
     /// n: steps of the bootstrapped value target.
     pub td_steps: usize,
     pub discount: f64,
-    /// Self-play threads running beside the learner (0: synchronous, deterministic mode).
+    /// Self-play threads running beside the learner (0: actor and learner take turns in one
+    /// thread); a seed reproduces a run either way.
     pub num_actors: usize,
     /// Bootstrap values from "root" (stored search values) or "target_network".
     pub value_target: ValueTargetSource,

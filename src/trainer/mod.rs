@@ -1,11 +1,11 @@
 //! A training run: self-play, replay, learner, evaluation, metrics and checkpoints.
 //!
-//! Synchronous schedule (the default, deterministic on the CPU for a given seed): the actor
+//! Synchronous schedule (`num_actors = 0`, deterministic on the CPU for a given seed): the actor
 //! steps every environment once, finished games enter the replay buffer, then the learner takes
 //! as many training steps as the replay ratio (`train_ratio` training steps per environment
 //! step, counted from the moment the buffer first holds enough data) allows.
 //!
-//! With actor threads (`num_actors > 0`) the loop is the same, but each actor step comes from
+//! With actor threads (`num_actors > 0`, one by default) the loop is the same, but each actor step comes from
 //! an [`ActorPool`] in a fixed round-robin order and the learner publishes its weights after
 //! every step it consumes (see [`ActorPool`] for the schedule); a run is then reproducible for
 //! a seed too, however the threads are scheduled.
