@@ -1,6 +1,8 @@
 //! Tensor ops, device-to-host reads and heap allocations per search simulation and per
 //! training step, counted on the CPU (the same code issues the same ops on CUDA, where each op
 //! is a kernel launch and each read a blocking synchronisation). See `cumind::op_count`.
+//! The search is measured on its tensor path (`SearchModel::on_tensors`, what a GPU runs); on
+//! the CPU an MLP network searches on the host instead, with no tensor op at all.
 //!
 //! ```sh
 //! cargo run --release --example op_counts                      # the defaults (CartPole)
@@ -98,7 +100,7 @@ fn main() {
         let masks = vec![true; batch * a];
         let mut searcher = Searcher::new();
         let mut run = |rng: &mut rand::rngs::StdRng| {
-            let mut model = SearchModel::new(&network);
+            let mut model = SearchModel::on_tensors(&network);
             searcher
                 .run(
                     &mut model,

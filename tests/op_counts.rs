@@ -86,7 +86,8 @@ fn a_search_reads_from_the_device_once_per_simulation() {
         let mut searcher = Searcher::new();
         let mut rng = rand::rngs::StdRng::seed_from_u64(3);
         for simulations in [8, 20] {
-            let mut model = SearchModel::new(&net);
+            // The tensor path (what a GPU runs); on the CPU an MLP searches on the host.
+            let mut model = SearchModel::on_tensors(&net);
             let mark = OpCount::start();
             searcher
                 .run(
@@ -110,6 +111,29 @@ fn a_search_reads_from_the_device_once_per_simulation() {
             );
         }
     }
+}
+
+#[test]
+fn a_host_search_creates_no_tensor_and_reads_nothing() {
+    let _guard = LOCK.lock().unwrap();
+    let net = MuZeroNetwork::new(tiny_spec(vec![4], 3), 1, &Device::Cpu, DType::F32).unwrap();
+    let observations: Vec<f32> = (0..5 * 4).map(|i| (i as f32 * 0.1).sin()).collect();
+    let mut model = SearchModel::new(&net);
+    let mark = OpCount::start();
+    Searcher::new()
+        .run(
+            &mut model,
+            &search_config(SearchPolicy::Puct, 16),
+            &SearchInput {
+                observations: &observations,
+                batch: 5,
+                legal_masks: &[true; 15],
+                add_noise: true,
+            },
+            &mut rand::rngs::StdRng::seed_from_u64(4),
+        )
+        .unwrap();
+    assert_eq!(OpCount::since(mark), OpCount::default());
 }
 
 #[test]

@@ -110,7 +110,7 @@ fn sum(a: &[f32]) -> f32 {
 }
 
 /// Writes `(row - mean) / sqrt(var + eps)` into `xhat`; returns 1 / sqrt(var + eps).
-fn standardize_row(row: &[f32], eps: f32, xhat: &mut [f32]) -> f32 {
+pub(super) fn standardize_row(row: &[f32], eps: f32, xhat: &mut [f32]) -> f32 {
     let n = row.len() as f32;
     let mean = sum(row) / n;
     for (h, &v) in xhat.iter_mut().zip(row) {

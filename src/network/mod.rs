@@ -6,6 +6,7 @@
 
 pub mod conv;
 pub mod fused;
+pub mod host_mlp;
 pub mod layers;
 pub mod mlp;
 pub mod params;

@@ -1,5 +1,8 @@
 //! The bridge between the search and a network: implements [`crate::model::Model`].
 //!
+//! MLP networks computing in f32 on the CPU run on the host ([`HostMlp`]: no tensors at all);
+//! everything else (CUDA, bf16, conv networks, or [`SearchModel::on_tensors`]) runs as follows.
+//!
 //! Latent states stay on the network's device in one buffer of `capacity * B` rows, node-major
 //! (row `node * B + b` holds node `node` of tree `b`); the logits of a call reach the host in
 //! one read (one blocking copy per simulation on a GPU). Each search runs on an inference copy
@@ -8,6 +11,7 @@
 
 use candle_core::Tensor;
 
+use super::host_mlp::HostMlp;
 use super::{MuZeroNetwork, NetworkError};
 use crate::model::{Model, ModelError, Prediction};
 
@@ -36,6 +40,10 @@ fn backend(err: candle_core::Error) -> ModelError {
 /// A network seen by the search, with the latent buffer of the current batch of trees.
 pub struct SearchModel<'a> {
     network: &'a MuZeroNetwork,
+    /// Run on the host ([`HostMlp`]) rather than on tensors.
+    on_host: bool,
+    /// The host copy of the weights and the latents `[capacity * B, latent_dim]`, node-major.
+    host: Option<(HostMlp, Vec<f32>)>,
     /// `network`'s inference copy, made by `initial_inference`.
     frozen: Option<MuZeroNetwork>,
     latents: Option<Tensor>,
@@ -44,13 +52,91 @@ pub struct SearchModel<'a> {
 }
 
 impl<'a> SearchModel<'a> {
+    /// On the host where [`HostMlp::supports`] the network, else on tensors.
     pub fn new(network: &'a MuZeroNetwork) -> Self {
         Self {
+            on_host: HostMlp::supports(network),
+            ..Self::on_tensors(network)
+        }
+    }
+
+    /// Always on tensors (candle ops on the network's device), as on a GPU.
+    pub fn on_tensors(network: &'a MuZeroNetwork) -> Self {
+        Self {
             network,
+            on_host: false,
+            host: None,
             frozen: None,
             latents: None,
             batch: 0,
             capacity: 0,
+        }
+    }
+
+    /// [`Model::recurrent_inference`] on the host.
+    fn host_recurrent(
+        &mut self,
+        parents: &[usize],
+        actions: &[usize],
+        new_node: usize,
+    ) -> Result<Prediction, ModelError> {
+        let (b, capacity) = (self.batch, self.capacity);
+        let Some((host, latents)) = self.host.as_mut() else {
+            return Err(ModelError::Backend(
+                "recurrent_inference called before initial_inference".into(),
+            ));
+        };
+        if parents.len() != b || actions.len() != b || new_node >= capacity {
+            return Err(ModelError::Backend(format!(
+                "recurrent_inference: {} parents and {} actions for a batch of {b}, node {new_node} of {capacity}",
+                parents.len(),
+                actions.len(),
+            )));
+        }
+        let l = host.latent_dim();
+        let mut parent_latents = Vec::with_capacity(b * l);
+        for (i, &p) in parents.iter().enumerate() {
+            if p >= capacity {
+                return Err(ModelError::Backend(format!(
+                    "parent node {p} of {capacity}"
+                )));
+            }
+            let row = p * b + i;
+            parent_latents.extend_from_slice(&latents[row * l..(row + 1) * l]);
+        }
+        let step = host.recurrent(&parent_latents, actions)?;
+        latents[new_node * b * l..(new_node + 1) * b * l].copy_from_slice(&step.latents);
+        let out = step.outputs;
+        Ok(self.host_outputs(
+            out.policy_logits,
+            &out.value_logits,
+            Some(&step.reward_logits),
+        ))
+    }
+
+    /// Policy logits, values and rewards of one host call.
+    fn host_outputs(
+        &self,
+        policy_logits: Vec<f32>,
+        value_logits: &[f32],
+        reward_logits: Option<&[f32]>,
+    ) -> Prediction {
+        let spec = self.network.spec();
+        let values = value_logits
+            .chunks_exact(spec.value_support.size())
+            .map(|row| spec.value_support.logits_to_scalar(row))
+            .collect::<Vec<_>>();
+        let rewards = match reward_logits {
+            Some(logits) => logits
+                .chunks_exact(spec.reward_support.size())
+                .map(|row| spec.reward_support.logits_to_scalar(row))
+                .collect(),
+            None => vec![0.0; values.len()],
+        };
+        Prediction {
+            policy_logits,
+            values,
+            rewards,
         }
     }
 
@@ -116,6 +202,16 @@ impl Model for SearchModel<'_> {
                 per_observation: per,
             });
         }
+        if self.on_host {
+            let host = HostMlp::new(self.network)?;
+            let (latent, out) = host.initial(observations);
+            let mut latents = vec![0f32; capacity.max(1) * latent.len()];
+            latents[..latent.len()].copy_from_slice(&latent);
+            self.host = Some((host, latents));
+            self.batch = batch;
+            self.capacity = capacity.max(1);
+            return Ok(self.host_outputs(out.policy_logits, &out.value_logits, None));
+        }
         let network = self.network.inference_copy()?;
         let obs = network.observation_tensor(observations)?;
         let latent = network.represent(&obs)?;
@@ -139,6 +235,9 @@ impl Model for SearchModel<'_> {
         actions: &[usize],
         new_node: usize,
     ) -> Result<Prediction, ModelError> {
+        if self.on_host {
+            return self.host_recurrent(parents, actions, new_node);
+        }
         let buffer = self.latents.as_ref().ok_or_else(|| {
             ModelError::Backend("recurrent_inference called before initial_inference".into())
         })?;
@@ -206,6 +305,44 @@ mod tests {
         }
     }
 
+    /// The host path searches like the tensor path: the same root values (to rounding) and
+    /// visit counts, with pUCT (noise included) and Gumbel.
+    #[test]
+    fn host_and_tensor_searches_agree() {
+        let net = MuZeroNetwork::new(spec(vec![5]), 8, &Device::Cpu, DType::F32).unwrap();
+        let batch = 3;
+        let obs: Vec<f32> = (0..batch * 5).map(|i| (i as f32 * 0.61).cos()).collect();
+        let masks = [true, true, false, true, true, true, true, false, true];
+        for policy in [
+            SearchPolicy::Puct,
+            SearchPolicy::Gumbel {
+                max_considered_actions: 3,
+                c_visit: 50.0,
+                c_scale: 1.0,
+            },
+        ] {
+            let run = |mut model: SearchModel| {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(17);
+                run_search(
+                    &mut model,
+                    &search(policy.clone()),
+                    &obs,
+                    batch,
+                    &masks,
+                    true,
+                    &mut rng,
+                )
+                .unwrap()
+            };
+            let host = run(SearchModel::new(&net));
+            let tensors = run(SearchModel::on_tensors(&net));
+            assert_eq!(host.visit_counts, tensors.visit_counts);
+            for (a, b) in host.root_values.iter().zip(&tensors.root_values) {
+                assert!((a - b).abs() < 1e-4, "root value {a} vs {b}");
+            }
+        }
+    }
+
     /// The search over a real network: latents stay in the buffer, the tree sees scalars, and
     /// the stored latent of a node equals the dynamics applied to its parent's latent.
     #[test]
@@ -243,8 +380,8 @@ mod tests {
                     assert_eq!(visits, 12, "shape {shape:?}");
                 }
             }
-            // Node 1 of tree b holds dynamics(root latent of b, action).
-            let mut model = SearchModel::new(&net);
+            // Node 1 of tree b holds dynamics(root latent of b, action) (the tensor buffer).
+            let mut model = SearchModel::on_tensors(&net);
             model.initial_inference(&obs, batch, 3).unwrap();
             model
                 .recurrent_inference(&[0, 0, 0, 0], &[0, 1, 2, 0], 1)
@@ -283,7 +420,7 @@ mod tests {
                 let per: usize = shape.iter().product();
                 let batch = 3;
                 let obs: Vec<f32> = (0..batch * per).map(|i| (i as f32 * 0.53).cos()).collect();
-                let mut model = SearchModel::new(&net);
+                let mut model = SearchModel::on_tensors(&net);
                 let first = model.initial_inference(&obs, batch, 2).unwrap();
                 let second = model.recurrent_inference(&[0; 3], &[2, 0, 1], 1).unwrap();
                 let latent = net

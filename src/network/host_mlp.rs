@@ -1,0 +1,588 @@
+//! The MLP networks' inference on host memory: representation, dynamics and prediction as
+//! plain loops and `gemm` calls over `Vec<f32>`, for searches on the CPU in f32.
+//!
+//! At search sizes (a batch of 1 to 256 rows, layers 64 wide) candle's fixed cost per op (a
+//! tensor, an allocation, a dispatch) is most of a network call: about forty ops per recurrent
+//! inference. Here a call is a dozen matrix products into reused buffers and nothing else.
+//! The weights are read once per search, straight from the parameters' storage. The result
+//! equals the candle network's to float rounding (tested); CUDA, bf16 compute and the conv
+//! networks keep the tensor path ([`HostMlp::supports`]).
+
+use std::collections::HashMap;
+
+use candle_core::{DType, Storage, Tensor};
+
+use super::fused::standardize_row;
+use super::{MuZeroNetwork, NetworkError, NetworkSpec};
+
+const LAYER_NORM_EPS: f32 = 1e-5;
+
+/// Calls of at least this many rows run as two halves side by side (rayon), a fixed split
+/// whatever the number of threads, so results do not depend on it.
+const SPLIT_ROWS: usize = 64;
+
+/// `dst[m, n] += lhs[m, k] * rhs[k, n]`, all row-major and contiguous.
+fn matmul_add(m: usize, k: usize, n: usize, lhs: &[f32], rhs: &[f32], dst: &mut [f32]) {
+    assert!(lhs.len() >= m * k && rhs.len() >= k * n && dst.len() >= m * n);
+    if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    // SAFETY: the three buffers hold at least m*k, k*n and m*n elements (asserted above), the
+    // strides below describe row-major layouts within them, and `dst` does not alias the
+    // inputs (a `&mut` borrow).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            true,
+            lhs.as_ptr(),
+            1,
+            k as isize,
+            rhs.as_ptr(),
+            1,
+            n as isize,
+            1.0f32,
+            1.0f32,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}
+
+/// The f32 elements of a CPU tensor (a copy, made without candle ops).
+fn host_values(t: &Tensor) -> Result<Vec<f32>, NetworkError> {
+    let (storage, layout) = t.storage_and_layout();
+    let Storage::Cpu(cpu) = &*storage else {
+        return Err(NetworkError::Candle(candle_core::Error::Msg(
+            "host inference needs CPU parameters".into(),
+        )));
+    };
+    let data = cpu.as_slice::<f32>()?;
+    match layout.contiguous_offsets() {
+        Some((start, end)) => Ok(data[start..end].to_vec()),
+        None => Err(NetworkError::Candle(candle_core::Error::Msg(
+            "host inference needs contiguous parameters".into(),
+        ))),
+    }
+}
+
+struct Weights<'a>(&'a HashMap<String, Tensor>);
+
+impl Weights<'_> {
+    fn get(&self, name: &str) -> Result<&Tensor, NetworkError> {
+        self.0
+            .get(name)
+            .ok_or_else(|| NetworkError::MissingParameter(name.to_string()))
+    }
+}
+
+/// `y = x W^T + b`, with `W^T` kept `[in, out]`.
+struct HostLinear {
+    weight_t: Vec<f32>,
+    bias: Vec<f32>,
+    inputs: usize,
+    outputs: usize,
+}
+
+impl HostLinear {
+    fn load(w: &Weights, name: &str) -> Result<Self, NetworkError> {
+        let weight = w.get(&format!("{name}.weight"))?;
+        let (outputs, inputs) = weight.dims2()?;
+        let values = host_values(weight)?;
+        let mut weight_t = vec![0f32; inputs * outputs];
+        for o in 0..outputs {
+            for i in 0..inputs {
+                weight_t[i * outputs + o] = values[o * inputs + i];
+            }
+        }
+        let bias = host_values(w.get(&format!("{name}.bias"))?)?;
+        Ok(Self {
+            weight_t,
+            bias,
+            inputs,
+            outputs,
+        })
+    }
+
+    /// `x`: `[B, inputs]` -> `out`: `[B, outputs]` (resized).
+    fn forward(&self, x: &[f32], batch: usize, out: &mut Vec<f32>) {
+        out.clear();
+        for _ in 0..batch {
+            out.extend_from_slice(&self.bias);
+        }
+        matmul_add(batch, self.inputs, self.outputs, x, &self.weight_t, out);
+    }
+
+    /// Two layers reading the same input as one: outputs side by side.
+    fn concat(a: &HostLinear, b: &HostLinear) -> HostLinear {
+        let outputs = a.outputs + b.outputs;
+        let mut weight_t = Vec::with_capacity(a.inputs * outputs);
+        for i in 0..a.inputs {
+            weight_t.extend_from_slice(&a.weight_t[i * a.outputs..(i + 1) * a.outputs]);
+            weight_t.extend_from_slice(&b.weight_t[i * b.outputs..(i + 1) * b.outputs]);
+        }
+        let mut bias = a.bias.clone();
+        bias.extend_from_slice(&b.bias);
+        HostLinear {
+            weight_t,
+            bias,
+            inputs: a.inputs,
+            outputs,
+        }
+    }
+}
+
+/// Layer norm with a learned scale and shift, in place over rows.
+struct HostNorm {
+    gamma: Vec<f32>,
+    beta: Vec<f32>,
+}
+
+impl HostNorm {
+    fn load(w: &Weights, name: &str) -> Result<Self, NetworkError> {
+        Ok(Self {
+            gamma: host_values(w.get(&format!("{name}.weight"))?)?,
+            beta: host_values(w.get(&format!("{name}.bias"))?)?,
+        })
+    }
+
+    fn forward(&self, x: &mut [f32], scratch: &mut Vec<f32>) {
+        let d = self.gamma.len();
+        scratch.resize(d, 0.0);
+        for row in x.chunks_exact_mut(d) {
+            standardize_row(row, LAYER_NORM_EPS, scratch);
+            for i in 0..d {
+                row[i] = scratch[i] * self.gamma[i] + self.beta[i];
+            }
+        }
+    }
+}
+
+fn relu(x: &mut [f32]) {
+    for v in x {
+        *v = v.max(0.0);
+    }
+}
+
+/// Scale every row to [0, 1]: `(s - min) / (max - min + 1e-5)`.
+fn min_max_scale(x: &mut [f32], width: usize) {
+    for row in x.chunks_exact_mut(width) {
+        let min = row.iter().copied().fold(f32::INFINITY, f32::min);
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let scale = max - min + 1e-5;
+        for v in row {
+            *v = (*v - min) / scale;
+        }
+    }
+}
+
+/// Linear -> LayerNorm -> ReLU, then residual blocks `relu(x + LN(W2 relu(LN(W1 x))))`.
+struct HostTrunk {
+    input: (HostLinear, HostNorm),
+    blocks: Vec<(HostLinear, HostNorm, HostLinear, HostNorm)>,
+}
+
+/// Buffers reused across calls.
+#[derive(Default)]
+struct Scratch {
+    a: Vec<f32>,
+    b: Vec<f32>,
+    row: Vec<f32>,
+}
+
+impl HostTrunk {
+    fn load(w: &Weights, name: &str, num_blocks: usize) -> Result<Self, NetworkError> {
+        let input = (
+            HostLinear::load(w, &format!("{name}.input.linear"))?,
+            HostNorm::load(w, &format!("{name}.input.norm"))?,
+        );
+        let blocks = (0..num_blocks)
+            .map(|i| {
+                let block = format!("{name}.block{i}");
+                Ok((
+                    HostLinear::load(w, &format!("{block}.first.linear"))?,
+                    HostNorm::load(w, &format!("{block}.first.norm"))?,
+                    HostLinear::load(w, &format!("{block}.second"))?,
+                    HostNorm::load(w, &format!("{block}.norm"))?,
+                ))
+            })
+            .collect::<Result<_, NetworkError>>()?;
+        Ok(Self { input, blocks })
+    }
+
+    /// Everything after the input layer's matrix product: `h` holds `x W^T + b` on entry and
+    /// the trunk's output on return.
+    fn finish(&self, h: &mut [f32], batch: usize, s: &mut Scratch) {
+        self.input.1.forward(h, &mut s.row);
+        relu(h);
+        for (first, first_norm, second, norm) in &self.blocks {
+            first.forward(h, batch, &mut s.a);
+            first_norm.forward(&mut s.a, &mut s.row);
+            relu(&mut s.a);
+            second.forward(&s.a, batch, &mut s.b);
+            norm.forward(&mut s.b, &mut s.row);
+            for (x, y) in h.iter_mut().zip(&s.b) {
+                *x = (*x + y).max(0.0);
+            }
+        }
+    }
+
+    fn forward(&self, x: &[f32], batch: usize, h: &mut Vec<f32>, s: &mut Scratch) {
+        self.input.0.forward(x, batch, h);
+        self.finish(h, batch, s);
+    }
+}
+
+/// The MLP MuZero networks' weights on the host, ready for inference.
+pub struct HostMlp {
+    latent_dim: usize,
+    num_actions: usize,
+    obs_len: usize,
+    representation: (HostTrunk, HostLinear),
+    /// Dynamics: trunk, then `latent_out` and `reward_hidden` as one layer, then `reward_out`.
+    dynamics: (HostTrunk, HostLinear, HostLinear),
+    /// Prediction: trunk, then `policy_out` and `value_hidden` as one layer, then `value_out`.
+    prediction: (HostTrunk, HostLinear, HostLinear),
+}
+
+/// One call's outputs, row-major.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostOutputs {
+    pub policy_logits: Vec<f32>,
+    pub value_logits: Vec<f32>,
+}
+
+/// What a search needs from one recurrent call: the next latents, the reward logits and the
+/// prediction at the next latents.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostStep {
+    pub latents: Vec<f32>,
+    pub reward_logits: Vec<f32>,
+    pub outputs: HostOutputs,
+}
+
+impl HostStep {
+    fn append(mut self, other: HostStep) -> HostStep {
+        self.latents.extend(other.latents);
+        self.reward_logits.extend(other.reward_logits);
+        self.outputs
+            .policy_logits
+            .extend(other.outputs.policy_logits);
+        self.outputs.value_logits.extend(other.outputs.value_logits);
+        self
+    }
+}
+
+impl HostMlp {
+    /// Whether `network` can run here: MLP networks with f32 compute on the CPU.
+    pub fn supports(network: &MuZeroNetwork) -> bool {
+        network.device().is_cpu() && network.dtype() == DType::F32 && !network.spec().uses_conv()
+    }
+
+    /// Read `network`'s weights (no candle op: straight from the parameters' storage).
+    pub fn new(network: &MuZeroNetwork) -> Result<Self, NetworkError> {
+        if !Self::supports(network) {
+            return Err(NetworkError::Candle(candle_core::Error::Msg(
+                "host inference needs an MLP network computing in f32 on the CPU".into(),
+            )));
+        }
+        let tensors: HashMap<String, Tensor> = network
+            .params()
+            .named()
+            .map(|(name, var)| (name.clone(), var.as_tensor().clone()))
+            .collect();
+        Self::from_tensors(network.spec(), &tensors)
+    }
+
+    fn from_tensors(
+        spec: &NetworkSpec,
+        tensors: &HashMap<String, Tensor>,
+    ) -> Result<Self, NetworkError> {
+        let w = Weights(tensors);
+        let blocks = spec.num_blocks;
+        let latent_out = HostLinear::load(&w, "dynamics.latent_out")?;
+        let reward_hidden = HostLinear::load(&w, "dynamics.reward_hidden")?;
+        let policy_out = HostLinear::load(&w, "prediction.policy_out")?;
+        let value_hidden = HostLinear::load(&w, "prediction.value_hidden")?;
+        Ok(Self {
+            latent_dim: spec.latent_dim,
+            num_actions: spec.num_actions,
+            obs_len: spec.obs_len(),
+            representation: (
+                HostTrunk::load(&w, "representation.trunk", blocks)?,
+                HostLinear::load(&w, "representation.out")?,
+            ),
+            dynamics: (
+                HostTrunk::load(&w, "dynamics.trunk", blocks)?,
+                HostLinear::concat(&latent_out, &reward_hidden),
+                HostLinear::load(&w, "dynamics.reward_out")?,
+            ),
+            prediction: (
+                HostTrunk::load(&w, "prediction.trunk", blocks)?,
+                HostLinear::concat(&policy_out, &value_hidden),
+                HostLinear::load(&w, "prediction.value_out")?,
+            ),
+        })
+    }
+
+    pub fn latent_dim(&self) -> usize {
+        self.latent_dim
+    }
+
+    /// The search's first call: latents of the observations and the prediction there.
+    pub fn initial(&self, observations: &[f32]) -> (Vec<f32>, HostOutputs) {
+        let latents = self.represent(observations);
+        let outputs = self.predict(&latents);
+        (latents, outputs)
+    }
+
+    /// The search's recurrent call: dynamics from `latents` `[B, latent_dim]` with `actions`
+    /// `[B]`, then the prediction at the new latents. Large batches run in two halves on two
+    /// threads.
+    pub fn recurrent(&self, latents: &[f32], actions: &[usize]) -> Result<HostStep, NetworkError> {
+        let batch = actions.len();
+        if batch < SPLIT_ROWS {
+            return self.recurrent_serial(latents, actions);
+        }
+        let half = batch / 2;
+        let (first_latents, second_latents) = latents.split_at(half * self.latent_dim);
+        let (first_actions, second_actions) = actions.split_at(half);
+        let (first, second) = rayon::join(
+            || self.recurrent_serial(first_latents, first_actions),
+            || self.recurrent_serial(second_latents, second_actions),
+        );
+        Ok(first?.append(second?))
+    }
+
+    fn recurrent_serial(
+        &self,
+        latents: &[f32],
+        actions: &[usize],
+    ) -> Result<HostStep, NetworkError> {
+        let (next, reward_logits) = self.dynamics(latents, actions)?;
+        let outputs = self.predict(&next);
+        Ok(HostStep {
+            latents: next,
+            reward_logits,
+            outputs,
+        })
+    }
+
+    /// h: observations `[B * obs_len]` -> latents `[B, latent_dim]` in [0, 1].
+    pub fn represent(&self, observations: &[f32]) -> Vec<f32> {
+        let batch = observations.len() / self.obs_len.max(1);
+        let (trunk, out) = &self.representation;
+        let mut h = Vec::new();
+        trunk.forward(observations, batch, &mut h, &mut Scratch::default());
+        let mut latent = Vec::new();
+        out.forward(&h, batch, &mut latent);
+        min_max_scale(&mut latent, self.latent_dim);
+        latent
+    }
+
+    /// g: latents `[B, latent_dim]` and actions `[B]` -> (latents `[B, latent_dim]`, reward
+    /// logits `[B, R]`). The action's one-hot columns are a row lookup, not a product.
+    pub fn dynamics(
+        &self,
+        latents: &[f32],
+        actions: &[usize],
+    ) -> Result<(Vec<f32>, Vec<f32>), NetworkError> {
+        let batch = actions.len();
+        if let Some(&action) = actions.iter().find(|&&a| a >= self.num_actions) {
+            return Err(NetworkError::ActionOutOfRange {
+                action,
+                num_actions: self.num_actions,
+            });
+        }
+        let (trunk, heads, reward_out) = &self.dynamics;
+        let first = &trunk.input.0;
+        let (l, hidden) = (self.latent_dim, first.outputs);
+        let mut h = Vec::with_capacity(batch * hidden);
+        for &action in actions {
+            let row = (l + action) * hidden;
+            h.extend(
+                first
+                    .bias
+                    .iter()
+                    .zip(&first.weight_t[row..row + hidden])
+                    .map(|(b, w)| b + w),
+            );
+        }
+        matmul_add(
+            batch,
+            l,
+            hidden,
+            latents,
+            &first.weight_t[..l * hidden],
+            &mut h,
+        );
+        trunk.finish(&mut h, batch, &mut Scratch::default());
+        let mut both = Vec::new();
+        heads.forward(&h, batch, &mut both);
+        let width = heads.outputs;
+        let mut next = Vec::with_capacity(batch * l);
+        let mut reward_hidden = Vec::with_capacity(batch * (width - l));
+        for row in both.chunks_exact(width) {
+            next.extend_from_slice(&row[..l]);
+            reward_hidden.extend(row[l..].iter().map(|v| v.max(0.0)));
+        }
+        min_max_scale(&mut next, l);
+        let mut reward = Vec::new();
+        reward_out.forward(&reward_hidden, batch, &mut reward);
+        Ok((next, reward))
+    }
+
+    /// f: latents `[B, latent_dim]` -> policy and value logits.
+    pub fn predict(&self, latents: &[f32]) -> HostOutputs {
+        let batch = latents.len() / self.latent_dim.max(1);
+        let (trunk, heads, value_out) = &self.prediction;
+        let mut h = Vec::new();
+        trunk.forward(latents, batch, &mut h, &mut Scratch::default());
+        let mut both = Vec::new();
+        heads.forward(&h, batch, &mut both);
+        let a = self.num_actions;
+        let width = heads.outputs;
+        let mut policy_logits = Vec::with_capacity(batch * a);
+        let mut value_hidden = Vec::with_capacity(batch * (width - a));
+        for row in both.chunks_exact(width) {
+            policy_logits.extend_from_slice(&row[..a]);
+            value_hidden.extend(row[a..].iter().map(|v| v.max(0.0)));
+        }
+        let mut value_logits = Vec::new();
+        value_out.forward(&value_hidden, batch, &mut value_logits);
+        HostOutputs {
+            policy_logits,
+            value_logits,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::support::Support;
+    use candle_core::Device;
+
+    fn spec(blocks: usize) -> NetworkSpec {
+        NetworkSpec {
+            observation_shape: vec![5],
+            num_actions: 3,
+            hidden_dim: 12,
+            latent_dim: 7,
+            num_blocks: blocks,
+            conv_channels: 4,
+            force_mlp: false,
+            value_support: Support::symmetric(4),
+            reward_support: Support::symmetric(2),
+        }
+    }
+
+    fn close(a: &[f32], b: &Tensor, what: &str) {
+        let b = b.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(a.len(), b.len(), "{what}: lengths");
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-4 * (1.0 + y.abs()),
+                "{what}[{i}]: host {x} vs candle {y}"
+            );
+        }
+    }
+
+    #[test]
+    fn host_inference_equals_the_candle_network() {
+        for blocks in [0, 1, 2] {
+            let net = MuZeroNetwork::new(spec(blocks), 5, &Device::Cpu, DType::F32).unwrap();
+            // Move the zero-initialised heads so that every layer matters.
+            let tensors = net
+                .params()
+                .to_tensors()
+                .unwrap()
+                .into_iter()
+                .map(|(k, v)| {
+                    let noise = (v.ones_like().unwrap() * 0.05).unwrap();
+                    (k, (v + noise).unwrap())
+                })
+                .collect();
+            let net = MuZeroNetwork::from_tensors(spec(blocks), tensors, &Device::Cpu, DType::F32)
+                .unwrap();
+            assert!(HostMlp::supports(&net));
+            let host = HostMlp::new(&net).unwrap();
+            let batch = 4;
+            let obs: Vec<f32> = (0..batch * 5)
+                .map(|i| (i as f32 * 0.71).sin() * 2.0)
+                .collect();
+            let latent = host.represent(&obs);
+            let want_latent = net
+                .represent(&net.observation_tensor(&obs).unwrap())
+                .unwrap();
+            close(&latent, &want_latent, "latent");
+            let out = host.predict(&latent);
+            let (policy, value) = net.predict(&want_latent).unwrap();
+            close(&out.policy_logits, &policy, "policy");
+            close(&out.value_logits, &value, "value");
+            let actions = [2, 0, 1, 2];
+            let (next, reward) = host.dynamics(&latent, &actions).unwrap();
+            assert!(
+                host.dynamics(&latent, &[0, 1, 3, 0]).is_err(),
+                "action 3 of 3"
+            );
+            let (want_next, want_reward) = net
+                .dynamics(&want_latent, &net.action_tensor(&actions).unwrap())
+                .unwrap();
+            close(&next, &want_next, "next latent");
+            close(&reward, &want_reward, "reward");
+        }
+    }
+
+    #[test]
+    fn a_large_batch_split_in_halves_equals_its_rows_one_by_one() {
+        let net = MuZeroNetwork::new(spec(1), 6, &Device::Cpu, DType::F32).unwrap();
+        let host = HostMlp::new(&net).unwrap();
+        let batch = SPLIT_ROWS + 3;
+        let obs: Vec<f32> = (0..batch * 5).map(|i| (i as f32 * 0.29).sin()).collect();
+        let (latents, _) = host.initial(&obs);
+        let actions: Vec<usize> = (0..batch).map(|i| i % 3).collect();
+        let step = host.recurrent(&latents, &actions).unwrap();
+        let l = host.latent_dim();
+        for row in [0, batch / 2 - 1, batch / 2, batch - 1] {
+            let one = host
+                .recurrent(&latents[row * l..(row + 1) * l], &actions[row..=row])
+                .unwrap();
+            for (a, b) in one
+                .latents
+                .iter()
+                .zip(&step.latents[row * l..(row + 1) * l])
+            {
+                assert!((a - b).abs() < 1e-5, "row {row}: {a} vs {b}");
+            }
+            let v = one.outputs.value_logits.len();
+            for (a, b) in one
+                .outputs
+                .value_logits
+                .iter()
+                .zip(&step.outputs.value_logits[row * v..(row + 1) * v])
+            {
+                assert!((a - b).abs() < 1e-5, "row {row}: {a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn conv_networks_and_bf16_compute_keep_the_tensor_path() {
+        let conv = NetworkSpec {
+            observation_shape: vec![2, 3, 3],
+            ..spec(1)
+        };
+        let net = MuZeroNetwork::new(conv, 1, &Device::Cpu, DType::F32).unwrap();
+        assert!(!HostMlp::supports(&net));
+        assert!(HostMlp::new(&net).is_err());
+        let half = MuZeroNetwork::new(spec(1), 1, &Device::Cpu, DType::BF16).unwrap();
+        assert!(!HostMlp::supports(&half));
+    }
+}
