@@ -79,8 +79,6 @@ fn main() {
     let network = MuZeroNetwork::new(spec.clone(), 0, &Device::Cpu, DType::F32).unwrap();
     let search = components::search_config(&config, &env);
     let sims = search.num_simulations as u64;
-    let obs_len = spec.obs_len();
-    let a = env.num_actions;
     let mut rng = rand::rngs::StdRng::seed_from_u64(1);
     println!(
         "{} network (hidden {}, latent {}, blocks {}), {} simulations, batch {} for training",
@@ -91,6 +89,33 @@ fn main() {
         sims,
         config.training.batch_size
     );
+    for (fast, path) in [
+        (false, "tensor path: the ops CUDA runs"),
+        (
+            true,
+            "CPU path: fused kernels, in-place AdamW, host MLP inference",
+        ),
+    ] {
+        cumind::network::fused::set_cpu_fast_paths(fast);
+        println!("\n{path}\n");
+        measure(&config, &env, &network, &search, &mut rng);
+    }
+    let params = network.params().named().count();
+    println!("\n{params} parameter tensors");
+}
+
+/// Print the counts per search simulation (batch 1 and 64) and per training step.
+fn measure(
+    config: &Config,
+    env: &EnvInfo,
+    network: &MuZeroNetwork,
+    search: &cumind::search::SearchConfig,
+    rng: &mut rand::rngs::StdRng,
+) {
+    let spec = network.spec();
+    let obs_len = spec.obs_len();
+    let a = spec.num_actions;
+    let sims = search.num_simulations as u64;
     println!("| measured | tensor ops | host reads | heap allocations |");
     println!("|---|---:|---:|---:|");
     for batch in [1usize, 64] {
@@ -100,11 +125,11 @@ fn main() {
         let masks = vec![true; batch * a];
         let mut searcher = Searcher::new();
         let mut run = |rng: &mut rand::rngs::StdRng| {
-            let mut model = SearchModel::on_tensors(&network);
+            let mut model = SearchModel::new(network);
             searcher
                 .run(
                     &mut model,
-                    &search,
+                    search,
                     &SearchInput {
                         observations: &observations,
                         batch,
@@ -115,14 +140,14 @@ fn main() {
                 )
                 .unwrap();
         };
-        run(&mut rng); // warm-up: buffers sized once
-        let (ops, reads, allocs) = per_unit(sims, || run(&mut rng));
+        run(rng); // warm-up: buffers sized once
+        let (ops, reads, allocs) = per_unit(sims, || run(rng));
         println!(
             "| per search simulation, batch {batch} (initial inference included, /{sims}) | {ops:.1} | {reads:.2} | {allocs:.1} |"
         );
     }
 
-    let mut replay = ReplayBuffer::new(components::replay_config(&config, &env));
+    let mut replay = ReplayBuffer::new(components::replay_config(config, env));
     for _ in 0..20 {
         let first: Vec<f32> = (0..obs_len).map(|_| rng.random_range(-1.0..1.0)).collect();
         let mut game = GameHistory::new(obs_len, a, &first, 0);
@@ -140,11 +165,11 @@ fn main() {
         game.finish(true, 0.0);
         replay.save_game(game).unwrap();
     }
-    let learner_config = components::learner_config(&config, 1000);
+    let learner_config = components::learner_config(config, 1000);
     let mut learner =
         Learner::new(network.deep_copy(&Device::Cpu).unwrap(), learner_config).unwrap();
     let batches: Vec<_> = (0..12)
-        .map(|_| replay.sample(config.training.batch_size, &mut rng).unwrap())
+        .map(|_| replay.sample(config.training.batch_size, rng).unwrap())
         .collect();
     for b in &batches[..2] {
         learner.train_step(b).unwrap();
@@ -158,6 +183,4 @@ fn main() {
         "| per training step (K = {}, sampling excluded) | {ops:.1} | {reads:.2} | {allocs:.1} |",
         config.self_play.num_unroll_steps
     );
-    let params = network.params().named().count();
-    println!("\n{params} parameter tensors");
 }

@@ -167,3 +167,59 @@ fn a_training_step_reads_from_the_device_at_most_twice() {
         assert_eq!(stats.priorities.len(), 16);
     }
 }
+
+#[test]
+fn the_cpu_fast_paths_train_like_the_tensor_path() {
+    use cumind::network::fused::set_cpu_fast_paths;
+    let _guard = LOCK.lock().unwrap();
+    let mut replay = ReplayBuffer::new(replay_config(10_000, 5, 10, 0.997));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(8);
+    let game = RandomGame {
+        obs_len: 4,
+        num_actions: 2,
+        len: 40,
+        rewards: 0.0..1.0,
+        root_values: 0.0..5.0,
+        terminated: true,
+        final_value: 0.0,
+    };
+    for _ in 0..6 {
+        replay.save_game(game.draw(&mut rng)).unwrap();
+    }
+    let batches: Vec<_> = (0..4)
+        .map(|_| replay.sample(16, &mut rng).unwrap())
+        .collect();
+    let config = Config::default_config();
+    let run = |fast: bool| {
+        set_cpu_fast_paths(fast);
+        let net = MuZeroNetwork::new(tiny_spec(vec![4], 2), 3, &Device::Cpu, DType::F32).unwrap();
+        let mut learner =
+            Learner::new(net, cumind::components::learner_config(&config, 100)).unwrap();
+        let losses: Vec<f32> = batches
+            .iter()
+            .map(|b| learner.train_step(b).unwrap().total_loss)
+            .collect();
+        let weights: Vec<f32> = learner
+            .network()
+            .params()
+            .named()
+            .flat_map(|(_, v)| {
+                v.as_tensor()
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1::<f32>()
+                    .unwrap()
+            })
+            .collect();
+        set_cpu_fast_paths(true);
+        (losses, weights)
+    };
+    let (fast_losses, fast_weights) = run(true);
+    let (op_losses, op_weights) = run(false);
+    for (a, b) in fast_losses.iter().zip(&op_losses) {
+        assert!((a - b).abs() < 1e-4 * b.abs().max(1.0), "loss {a} vs {b}");
+    }
+    for (a, b) in fast_weights.iter().zip(&op_weights) {
+        assert!((a - b).abs() < 1e-4, "weight {a} vs {b}");
+    }
+}

@@ -9,13 +9,32 @@
 //! allocates only its output. They run for f32 tensors on the CPU; any other dtype or device
 //! takes the written-out path (`fusable`), so CUDA and bf16 compute are unchanged.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor, D};
 
-/// Whether every tensor is f32 on the CPU, where the fused kernels run.
+/// Whether the CPU-only fast paths are on (the default): these kernels, the in-place AdamW
+/// (`train::adamw_cpu`) and host inference (`network::host_mlp`).
+static CPU_FAST_PATHS: AtomicBool = AtomicBool::new(true);
+
+/// Turn the CPU-only fast paths off or on, for the whole process. Off, the CPU runs the same
+/// tensor ops as CUDA does: `examples/op_counts.rs` counts the GPU's ops that way.
+pub fn set_cpu_fast_paths(enabled: bool) {
+    CPU_FAST_PATHS.store(enabled, Ordering::Relaxed);
+}
+
+/// See [`set_cpu_fast_paths`].
+pub fn cpu_fast_paths() -> bool {
+    CPU_FAST_PATHS.load(Ordering::Relaxed)
+}
+
+/// Whether every tensor is f32 on the CPU, where the fused kernels run (unless the CPU fast
+/// paths are off).
 pub fn fusable(tensors: &[&Tensor]) -> bool {
-    tensors
-        .iter()
-        .all(|t| t.device().is_cpu() && t.dtype() == DType::F32)
+    cpu_fast_paths()
+        && tensors
+            .iter()
+            .all(|t| t.device().is_cpu() && t.dtype() == DType::F32)
 }
 
 /// The f32 elements of a contiguous CPU tensor.

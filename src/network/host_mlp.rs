@@ -280,9 +280,13 @@ impl HostStep {
 }
 
 impl HostMlp {
-    /// Whether `network` can run here: MLP networks with f32 compute on the CPU.
+    /// Whether `network` can run here: MLP networks with f32 compute on the CPU (unless the
+    /// CPU fast paths are off, `fused::set_cpu_fast_paths`).
     pub fn supports(network: &MuZeroNetwork) -> bool {
-        network.device().is_cpu() && network.dtype() == DType::F32 && !network.spec().uses_conv()
+        super::fused::cpu_fast_paths()
+            && network.device().is_cpu()
+            && network.dtype() == DType::F32
+            && !network.spec().uses_conv()
     }
 
     /// Read `network`'s weights (no candle op: straight from the parameters' storage).
@@ -336,7 +340,24 @@ impl HostMlp {
     }
 
     /// The search's first call: latents of the observations and the prediction there.
+    /// Large batches run in two halves on two threads.
     pub fn initial(&self, observations: &[f32]) -> (Vec<f32>, HostOutputs) {
+        let batch = observations.len() / self.obs_len.max(1);
+        if batch < SPLIT_ROWS {
+            return self.initial_serial(observations);
+        }
+        let (first, second) = observations.split_at(batch / 2 * self.obs_len);
+        let ((mut latents, mut outputs), (more_latents, more)) = rayon::join(
+            || self.initial_serial(first),
+            || self.initial_serial(second),
+        );
+        latents.extend(more_latents);
+        outputs.policy_logits.extend(more.policy_logits);
+        outputs.value_logits.extend(more.value_logits);
+        (latents, outputs)
+    }
+
+    fn initial_serial(&self, observations: &[f32]) -> (Vec<f32>, HostOutputs) {
         let latents = self.represent(observations);
         let outputs = self.predict(&latents);
         (latents, outputs)
@@ -546,10 +567,25 @@ mod tests {
         let host = HostMlp::new(&net).unwrap();
         let batch = SPLIT_ROWS + 3;
         let obs: Vec<f32> = (0..batch * 5).map(|i| (i as f32 * 0.29).sin()).collect();
-        let (latents, _) = host.initial(&obs);
+        let (latents, first) = host.initial(&obs);
+        let l = host.latent_dim();
+        for row in [0, batch / 2, batch - 1] {
+            let (one, out) = host.initial(&obs[row * 5..(row + 1) * 5]);
+            assert_eq!(one.len(), l);
+            for (a, b) in one.iter().zip(&latents[row * l..(row + 1) * l]) {
+                assert!((a - b).abs() < 1e-5, "initial row {row}: {a} vs {b}");
+            }
+            let p = out.policy_logits.len();
+            for (a, b) in out
+                .policy_logits
+                .iter()
+                .zip(&first.policy_logits[row * p..])
+            {
+                assert!((a - b).abs() < 1e-5, "initial row {row}: {a} vs {b}");
+            }
+        }
         let actions: Vec<usize> = (0..batch).map(|i| i % 3).collect();
         let step = host.recurrent(&latents, &actions).unwrap();
-        let l = host.latent_dim();
         for row in [0, batch / 2 - 1, batch / 2, batch - 1] {
             let one = host
                 .recurrent(&latents[row * l..(row + 1) * l], &actions[row..=row])

@@ -10,6 +10,7 @@ use candle_core::{Device, Tensor};
 
 use super::loss::{unrolled_loss, LossOutput, LossValues};
 use super::optimizer::{AdamW, AdamWConfig, LrSchedule};
+use crate::network::host_mlp::HostMlp;
 use crate::network::{MuZeroNetwork, NetworkError};
 use crate::replay::Batch;
 
@@ -45,6 +46,15 @@ pub struct TrainStats {
     pub priorities: Vec<f32>,
 }
 
+/// `network` on the host, where [`HostMlp`] supports it.
+fn host_copy(network: &MuZeroNetwork) -> Result<Option<HostMlp>, NetworkError> {
+    if HostMlp::supports(network) {
+        Ok(Some(HostMlp::new(network)?))
+    } else {
+        Ok(None)
+    }
+}
+
 /// The network, target network and optimizer state on one device.
 struct Replica {
     network: MuZeroNetwork,
@@ -52,6 +62,9 @@ struct Replica {
     /// `target`'s inference copy (fused layer norms, no autograd graph), rebuilt whenever the
     /// target changes: it shares storage with `target` only in f32.
     target_inference: MuZeroNetwork,
+    /// `target` on the host ([`HostMlp`]) where supported: the bootstrap values without
+    /// tensors. Rebuilt with `target_inference`.
+    target_host: Option<HostMlp>,
     optimizer: AdamW,
 }
 
@@ -65,10 +78,12 @@ impl Replica {
             .collect();
         let optimizer = AdamW::new(named, config.optimizer.clone())?;
         let target_inference = target.inference_copy()?;
+        let target_host = host_copy(&target)?;
         Ok(Self {
             network,
             target,
             target_inference,
+            target_host,
             optimizer,
         })
     }
@@ -76,6 +91,7 @@ impl Replica {
     /// Rebuild the target's inference copy after the target changed.
     fn target_changed(&mut self) -> Result<(), NetworkError> {
         self.target_inference = self.target.inference_copy()?;
+        self.target_host = host_copy(&self.target)?;
         Ok(())
     }
 
@@ -101,7 +117,14 @@ impl Replica {
                                 .copied()
                         })
                         .collect();
-                    let computed = self.target_inference.values(&observations)?;
+                    let computed = match &self.target_host {
+                        Some(host) => {
+                            let (_, out) = host.initial(&observations);
+                            let support = &self.target.spec().value_support;
+                            support.logits_to_scalars(&out.value_logits)
+                        }
+                        None => self.target_inference.values(&observations)?,
+                    };
                     for (&i, v) in needed.iter().zip(computed) {
                         values[i] = v;
                     }
