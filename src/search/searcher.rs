@@ -249,12 +249,15 @@ where
     F: Fn(usize, &mut TreeState, &mut usize, &mut usize) + Sync + Send,
 {
     if trees.len() >= PARALLEL_MIN_BATCH {
+        let per_task = PARALLEL_CHUNK.max(trees.len().div_ceil(rayon::current_num_threads()));
         trees
             .par_iter_mut()
             .zip(parents.par_iter_mut())
             .zip(actions.par_iter_mut())
             .enumerate()
-            .with_min_len(PARALLEL_CHUNK)
+            // One task per thread (at least PARALLEL_CHUNK trees each): each task wakes a
+            // thread, and the per-tree work is a few microseconds.
+            .with_min_len(per_task)
             .for_each(|(b, ((ts, p), a))| f(b, ts, p, a));
     } else {
         for (b, ((ts, p), a)) in trees
