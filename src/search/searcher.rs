@@ -19,8 +19,9 @@ use super::tree::{Expansion, ROOT};
 use super::{noise, targets};
 use crate::model::{Model, Prediction};
 
-/// Batches at least this large run the per-tree work on the rayon pool.
-const PARALLEL_MIN_BATCH: usize = 32;
+/// Batches at least this large run the per-tree work on the rayon pool (below it, waking a
+/// thread cost more than it saved: batch 64, latent 64, 4.95 -> 4.45 ms per search serial).
+const PARALLEL_MIN_BATCH: usize = 128;
 /// Trees per rayon task.
 const PARALLEL_CHUNK: usize = 8;
 

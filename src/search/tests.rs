@@ -253,8 +253,9 @@ fn negative_q_never_pulls_search_into_illegal_actions() {
 
 #[test]
 fn parallel_batches_match_single_searches() {
-    // 48 trees take the rayon path; each must equal its own batch-of-one (serial) search.
-    let (batch, num_actions) = (48, 6);
+    // 130 trees take the rayon path (PARALLEL_MIN_BATCH is 128); each must equal its own
+    // batch-of-one (serial) search.
+    let (batch, num_actions) = (130, 6);
     let mut rng = StdRng::seed_from_u64(9);
     let masks = random_masks(&mut rng, batch, num_actions);
     let obs: Vec<f32> = (0..batch).map(|b| b as f32 * 0.37).collect();
