@@ -266,7 +266,7 @@ impl Evaluation {
 
 /// Play `episodes` episodes greedily (no noise, most-visited action; Gumbel: its selected
 /// action) and report their returns. The unfinished episodes are searched together, split in
-/// two batches that run on two threads.
+/// two batches that run on two threads on the CPU (one after the other on a GPU).
 ///
 /// In two-player games the agent plays against a uniformly random legal mover, as the first
 /// player in even-numbered episodes and the second in odd ones; the return is from the agent's
@@ -301,32 +301,43 @@ pub fn evaluate(
             .collect();
         let halves: Vec<&[usize]> = searched.chunks(searched.len().div_ceil(2).max(1)).collect();
         let seeds: Vec<u64> = halves.iter().map(|_| rng.random()).collect();
-        let chosen = halves
-            .par_iter()
-            .zip(&seeds)
-            .map(|(half, &seed)| -> Result<Vec<usize>, SelfPlayError> {
-                let mut rng = StdRng::seed_from_u64(seed);
-                let flat: Vec<f32> = half
-                    .iter()
-                    .flat_map(|&i| observations[i].iter().copied())
-                    .collect();
-                let masks: Vec<bool> = half
-                    .iter()
-                    .flat_map(|&i| all_masks[i].iter().copied())
-                    .collect();
-                let mut model = SearchModel::new(network);
-                let out = run_search(
-                    &mut model,
-                    search,
-                    &flat,
-                    half.len(),
-                    &masks,
-                    false,
-                    &mut rng,
-                )?;
-                Ok(choose_actions(&out, &masks, 0.0, &mut rng))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let search_half = |(half, &seed): (&&[usize], &u64)| -> Result<Vec<usize>, SelfPlayError> {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let flat: Vec<f32> = half
+                .iter()
+                .flat_map(|&i| observations[i].iter().copied())
+                .collect();
+            let masks: Vec<bool> = half
+                .iter()
+                .flat_map(|&i| all_masks[i].iter().copied())
+                .collect();
+            let mut model = SearchModel::new(network);
+            let out = run_search(
+                &mut model,
+                search,
+                &flat,
+                half.len(),
+                &masks,
+                false,
+                &mut rng,
+            )?;
+            Ok(choose_actions(&out, &masks, 0.0, &mut rng))
+        };
+        // On the CPU the halves run on two threads; on a GPU one after the other (the same
+        // games), so one device is never driven from two threads at once.
+        let chosen = if network.device().is_cpu() {
+            halves
+                .par_iter()
+                .zip(&seeds)
+                .map(search_half)
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            halves
+                .iter()
+                .zip(&seeds)
+                .map(search_half)
+                .collect::<Result<Vec<_>, _>>()?
+        };
         let mut actions: Vec<usize> = all_masks
             .iter()
             .map(|m| m.iter().position(|&legal| legal).unwrap_or(0))
