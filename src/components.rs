@@ -45,6 +45,11 @@ pub fn network_spec(config: &Config, env: &EnvInfo) -> NetworkSpec {
         force_mlp: n.network_type == NetworkType::Mlp,
         value_support: Support::symmetric(n.value_support_size as u32),
         reward_support: Support::symmetric(n.reward_support_size as u32),
+        projection_dim: if config.training.consistency_loss_weight > 0.0 {
+            n.hidden_dim
+        } else {
+            0
+        },
     }
 }
 
@@ -112,6 +117,7 @@ pub fn learner_config(config: &Config, total_steps: usize) -> LearnerConfig {
             final_fraction: t.lr_final_fraction,
         },
         value_loss_weight: t.value_loss_weight,
+        consistency_loss_weight: t.consistency_loss_weight,
         target_update_frequency: t.target_update_frequency,
         value_target: if config.self_play.value_target == ValueTargetSource::Root {
             ValueTarget::StoredRoot

@@ -30,6 +30,7 @@ pub const BENCHMARK_READS: &[&str] = &[
     "training.weight_decay",
     "training.max_grad_norm",
     "training.value_loss_weight",
+    "training.consistency_loss_weight",
     "training.lr_warmup_steps",
     "training.target_update_frequency",
     "self_play.num_unroll_steps",
@@ -126,10 +127,17 @@ impl Config {
                     .to_string(),
             );
         }
-        if self.self_play.value_target == ValueTargetSource::Root {
+        if t.reanalyse_fraction == 0.0 {
+            add(
+                "training.reanalyse_simulations",
+                "training.reanalyse_fraction is 0 (no reanalyse)".to_string(),
+            );
+        }
+        if self.self_play.value_target == ValueTargetSource::Root && t.reanalyse_fraction == 0.0 {
             add(
                 "training.target_update_frequency",
-                "self_play.value_target is \"root\": no target network is used".to_string(),
+                "self_play.value_target is \"root\" and there is no reanalyse: no target network is used"
+                    .to_string(),
             );
         }
         if self.memory.per_alpha == 0.0 {

@@ -110,6 +110,11 @@ pub struct TrainingConfig {
     pub max_training_steps: usize,
     /// Training steps per environment step (the replay ratio).
     pub train_ratio: f64,
+    /// Fraction of each sampled batch whose policy targets are recomputed by a fresh search
+    /// with the target network (MuZero Reanalyse; 0: off).
+    pub reanalyse_fraction: f64,
+    /// Simulations of a reanalyse search (0: `mcts.num_simulations`).
+    pub reanalyse_simulations: usize,
     /// Linear learning-rate warm-up, in training steps.
     pub lr_warmup_steps: usize,
     /// The learning rate decays (cosine) to this fraction of its peak by the end of the run.
@@ -118,6 +123,9 @@ pub struct TrainingConfig {
     pub max_grad_norm: f64,
     /// Weight of the value loss relative to reward and policy losses.
     pub value_loss_weight: f64,
+    /// Weight of EfficientZero's self-supervised temporal consistency loss (0: off, and the
+    /// network has no projection heads).
+    pub consistency_loss_weight: f64,
     /// Environment steps between greedy evaluations (0: off).
     pub eval_interval: usize,
     /// Episodes per evaluation.

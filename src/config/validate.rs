@@ -60,9 +60,21 @@ impl Config {
             ));
         }
         within("training.train_ratio", t.train_ratio, 1e-6, 1000.0)?;
+        within(
+            "training.reanalyse_fraction",
+            t.reanalyse_fraction,
+            0.0,
+            1.0,
+        )?;
         within("training.lr_final_fraction", t.lr_final_fraction, 0.0, 1.0)?;
         within("training.max_grad_norm", t.max_grad_norm, 0.0, 1e9)?;
         within("training.value_loss_weight", t.value_loss_weight, 0.0, 1e3)?;
+        within(
+            "training.consistency_loss_weight",
+            t.consistency_loss_weight,
+            0.0,
+            1e3,
+        )?;
         if t.eval_interval > 0 {
             at_least("training.eval_episodes", t.eval_episodes, 1)?;
         }

@@ -10,6 +10,7 @@ pub mod host_mlp;
 pub mod layers;
 pub mod mlp;
 pub mod params;
+pub mod projection;
 pub mod search_model;
 
 use std::collections::HashMap;
@@ -67,6 +68,10 @@ pub struct NetworkSpec {
     pub force_mlp: bool,
     pub value_support: Support,
     pub reward_support: Support,
+    /// Width of EfficientZero's projection and prediction heads for the consistency loss (0:
+    /// no heads; see [`projection`]).
+    #[serde(default)]
+    pub projection_dim: usize,
 }
 
 impl NetworkSpec {
@@ -129,6 +134,7 @@ pub struct MuZeroNetwork {
     params: Params,
     dtype: DType,
     architecture: Architecture,
+    projection: Option<projection::Projection>,
 }
 
 impl MuZeroNetwork {
@@ -166,11 +172,18 @@ impl MuZeroNetwork {
                 prediction: mlp::Prediction::new(&mut pb, &spec)?,
             }
         };
+        // Built last, so a network without the heads draws the same initial weights.
+        let projection = if spec.projection_dim > 0 {
+            Some(projection::Projection::new(&mut pb, &spec)?)
+        } else {
+            None
+        };
         Ok(Self {
             spec,
             params: pb.finish()?,
             dtype,
             architecture,
+            projection,
         })
     }
 
@@ -290,6 +303,15 @@ impl MuZeroNetwork {
         let (_, value_logits) = self.predict(&latent)?;
         let logits = crate::op_count::read_f32(&value_logits)?;
         Ok(self.spec.value_support.logits_to_scalars(&logits))
+    }
+
+    /// The consistency loss's projection of a latent `[B, ...]` -> `[B, projection_dim]` f32,
+    /// through the predictor head too when `predict`; `None` without projection heads.
+    pub fn project(&self, latent: &Tensor, predict: bool) -> Result<Option<Tensor>, NetworkError> {
+        match &self.projection {
+            Some(p) => Ok(Some(p.forward(latent, predict)?)),
+            None => Ok(None),
+        }
     }
 
     /// f: latent `[B, ...]` -> (policy logits `[B, A]` f32, value logits `[B, V]` f32).

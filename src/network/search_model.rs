@@ -289,6 +289,7 @@ mod tests {
             force_mlp: false,
             value_support: Support::symmetric(4),
             reward_support: Support::symmetric(2),
+            projection_dim: 0,
         }
     }
 

@@ -23,6 +23,7 @@ pub(super) fn apply_symmetry(batch: &mut Batch, b: usize, symmetry: &Symmetry) {
     for k in 0..=k_steps {
         let row = b * (k_steps + 1) + k;
         permute(&mut batch.bootstrap_observations[row * obs_len..(row + 1) * obs_len]);
+        permute(&mut batch.unroll_observations[row * obs_len..(row + 1) * obs_len]);
         let policy = &mut batch.target_policies[row * num_actions..(row + 1) * num_actions];
         let old = policy.to_vec();
         for (a, &p) in old.iter().enumerate() {
@@ -48,6 +49,7 @@ mod tests {
         let mut batch = Batch::zeros(2, 1, 2, 2);
         batch.observations = vec![1.0, 2.0, 3.0, 4.0];
         batch.bootstrap_observations = vec![5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0];
+        batch.unroll_observations = vec![5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0];
         batch.actions = vec![0, 0];
         batch.target_policies = vec![0.9, 0.1, 0.8, 0.2, 0.7, 0.3, 0.6, 0.4];
         apply_symmetry(&mut batch, 1, &symmetry);
@@ -56,6 +58,7 @@ mod tests {
             batch.bootstrap_observations,
             vec![5.0, 6.0, 7.0, 8.0, 10.0, 9.0, 12.0, 11.0]
         );
+        assert_eq!(batch.unroll_observations, batch.bootstrap_observations);
         assert_eq!(batch.actions, vec![0, 1]);
         assert_eq!(
             batch.target_policies,

@@ -60,6 +60,11 @@ pub struct Batch {
     pub bootstrap_discounts: Vec<f32>,
     /// `[B * (K+1) * obs_len]` observation whose value is bootstrapped (zeros when none).
     pub bootstrap_observations: Vec<f32>,
+    /// `[B * (K+1) * obs_len]` the real observation at `t+k` (zeros past the game's end): what
+    /// reanalyse searches from and the consistency loss compares the dynamics' latents with.
+    pub unroll_observations: Vec<f32>,
+    /// `[B * (K+1)]` 1 where the observation at `t+k` exists (`t+k <= T`), else 0.
+    pub observation_mask: Vec<f32>,
 }
 
 impl Batch {
@@ -83,6 +88,8 @@ impl Batch {
             reward_sums: vec![0.0; rows],
             bootstrap_discounts: vec![0.0; rows],
             bootstrap_observations: vec![0.0; rows * obs_len],
+            unroll_observations: vec![0.0; rows * obs_len],
+            observation_mask: vec![0.0; rows],
         }
     }
 
@@ -120,6 +127,10 @@ impl Batch {
                         bootstrap_observations: self.bootstrap_observations
                             [lo * steps * o..hi * steps * o]
                             .to_vec(),
+                        unroll_observations: self.unroll_observations
+                            [lo * steps * o..hi * steps * o]
+                            .to_vec(),
+                        observation_mask: self.observation_mask[lo * steps..hi * steps].to_vec(),
                     }
                 })
                 .collect(),
@@ -175,5 +186,7 @@ mod tests {
         joined!(reward_sums);
         joined!(bootstrap_discounts);
         joined!(bootstrap_observations);
+        joined!(unroll_observations);
+        joined!(observation_mask);
     }
 }

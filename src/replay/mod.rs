@@ -60,6 +60,7 @@
 //! * `batch.rs`: [`Batch`], the training batch, and [`PositionId`].
 //! * `buffer.rs`: [`ReplayBuffer`]: storage, eviction, sampling and priorities.
 //! * `snapshot.rs`: the buffer's serialized form for checkpoints, checked on load.
+//! * `reanalyse.rs`: fresh search policies for a sampled batch ([`reanalyse_policies`]).
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -69,6 +70,7 @@ mod batch;
 mod binary;
 mod buffer;
 mod game;
+pub mod reanalyse;
 mod snapshot;
 mod sum_tree;
 mod targets;
@@ -76,6 +78,7 @@ mod targets;
 pub use batch::{Batch, PositionId};
 pub use buffer::ReplayBuffer;
 pub use game::GameHistory;
+pub use reanalyse::{reanalyse_policies, reanalysed_rows};
 
 /// Everything that can go wrong with games, the buffer or its checkpoints.
 #[derive(Clone, Debug, Error, PartialEq)]

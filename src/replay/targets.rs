@@ -100,6 +100,11 @@ pub(super) fn fill_row<R: Rng + ?Sized>(
     for k in 0..=k_steps {
         let u = t + k;
         let row = b * (k_steps + 1) + k;
+        if u <= t_len {
+            batch.observation_mask[row] = 1.0;
+            batch.unroll_observations[row * obs_len..(row + 1) * obs_len]
+                .copy_from_slice(game.observation(u));
+        }
         let parts = ValueParts::at(game, u, config);
         if parts.known {
             batch.value_mask[row] = 1.0;
@@ -320,6 +325,19 @@ mod tests {
                                 &batch.bootstrap_observations[row * 2..row * 2 + 2],
                                 g.observation(bp)
                             );
+                        }
+                        // The real observation at t+k, where the game has one.
+                        if u <= g.len() {
+                            assert_eq!(batch.observation_mask[row], 1.0);
+                            assert_eq!(
+                                &batch.unroll_observations[row * 2..row * 2 + 2],
+                                g.observation(u)
+                            );
+                        } else {
+                            assert_eq!(batch.observation_mask[row], 0.0);
+                            assert!(batch.unroll_observations[row * 2..row * 2 + 2]
+                                .iter()
+                                .all(|&x| x == 0.0));
                         }
                     }
                 }

@@ -17,5 +17,6 @@ pub fn tiny_spec(observation_shape: Vec<usize>, num_actions: usize) -> NetworkSp
         force_mlp: false,
         value_support: Support::symmetric(5),
         reward_support: Support::symmetric(2),
+        projection_dim: 0,
     }
 }

@@ -8,7 +8,7 @@
 
 use candle_core::{Device, Tensor};
 
-use super::loss::{unrolled_loss, LossOutput, LossValues};
+use super::loss::{unrolled_loss_with, LossOutput, LossValues, LossWeights};
 use super::optimizer::{AdamW, AdamWConfig, LrSchedule};
 use crate::network::host_mlp::HostMlp;
 use crate::network::{MuZeroNetwork, NetworkError};
@@ -29,6 +29,8 @@ pub struct LearnerConfig {
     pub optimizer: AdamWConfig,
     pub schedule: LrSchedule,
     pub value_loss_weight: f64,
+    /// Weight of the consistency loss (needs a network with projection heads; 0: off).
+    pub consistency_loss_weight: f64,
     pub target_update_frequency: usize,
     pub value_target: ValueTarget,
 }
@@ -40,6 +42,8 @@ pub struct TrainStats {
     pub value_loss: f32,
     pub reward_loss: f32,
     pub policy_loss: f32,
+    /// The consistency loss (negative cosine similarity; 0 when off).
+    pub consistency_loss: f32,
     pub grad_norm: f64,
     pub learning_rate: f64,
     /// New replay priorities for the batch's positions.
@@ -148,7 +152,15 @@ impl Replica {
     ) -> Result<ReplicaResult, NetworkError> {
         let targets = self.value_targets(batch, config.value_target)?;
         let network = self.network.training_view()?;
-        let loss = unrolled_loss(&network, batch, &targets, config.value_loss_weight)?;
+        let loss = unrolled_loss_with(
+            &network,
+            batch,
+            &targets,
+            &LossWeights {
+                value: config.value_loss_weight,
+                consistency: config.consistency_loss_weight,
+            },
+        )?;
         let grads = loss.total.backward()?;
         Ok(ReplicaResult {
             grads: self.optimizer.gradients(&grads),
@@ -322,6 +334,7 @@ impl Learner {
             value_loss: mean(|r| r.value),
             reward_loss: mean(|r| r.reward),
             policy_loss: mean(|r| r.policy),
+            consistency_loss: mean(|r| r.consistency),
             grad_norm: f64::from(values[0].extra[0]),
             learning_rate: report.learning_rate,
             priorities: values
@@ -422,6 +435,7 @@ mod tests {
                 final_fraction: 0.1,
             },
             value_loss_weight: 0.25,
+            consistency_loss_weight: 0.0,
             target_update_frequency: 3,
             value_target,
         }

@@ -4,6 +4,12 @@
 //! on the categorical supports, and policy cross-entropy against the search policy. The
 //! gradient entering the dynamics is scaled by 1/2, the losses of steps k >= 1 by 1/K, and each
 //! sample by its importance weight. Reduced in f32.
+//!
+//! With a consistency weight and a network with projection heads, each step k >= 1 also adds
+//! EfficientZero's temporal consistency loss: the negative cosine similarity between
+//! `predictor(projector(s_k))`, `s_k` the dynamics' latent, and `projector(h(o_{t+k}))`, the
+//! real observation's representation, under a stop-gradient (SimSiam). Steps past the game's
+//! last observation are masked out.
 
 use candle_core::{DType, Tensor};
 
@@ -17,8 +23,8 @@ use crate::replay::Batch;
 pub struct LossOutput {
     /// Scalar f32 tensor (weighted mean over the batch).
     pub total: Tensor,
-    /// `[3]` f32: the unweighted per-head means over the batch (value, reward, policy), summed
-    /// over unroll steps with 1/K for k >= 1.
+    /// `[4]` f32: the unweighted per-head means over the batch (value, reward, policy,
+    /// consistency), summed over unroll steps with 1/K for k >= 1.
     pub parts: Tensor,
     /// `[B, value_support]` f32: the value logits at k = 0 (for the new priorities).
     pub first_value_logits: Tensor,
@@ -33,6 +39,8 @@ pub struct LossValues {
     pub value: f32,
     pub reward: f32,
     pub policy: f32,
+    /// Negative cosine similarity of the consistency loss (0 when off), in [-1, 1].
+    pub consistency: f32,
     /// New priorities: |predicted value at k = 0 - value target at k = 0|, `[B]`.
     pub priorities: Vec<f32>,
     /// The scalars passed to [`LossOutput::read`] as `extra`, in order.
@@ -53,31 +61,55 @@ impl LossOutput {
         }
         pieces.push(self.first_value_logits.flatten_all()?);
         let all = crate::op_count::read_f32(&Tensor::cat(&pieces, 0)?)?;
-        let head = 4 + extra.len();
+        let head = 5 + extra.len();
         let first_values = network.spec().value_support.logits_to_scalars(&all[head..]);
         Ok(LossValues {
             total: all[0],
             value: all[1],
             reward: all[2],
             policy: all[3],
+            consistency: all[4],
             priorities: first_values
                 .iter()
                 .zip(&self.first_targets)
                 .map(|(v, z)| (v - z).abs())
                 .collect(),
-            extra: all[4..head].to_vec(),
+            extra: all[5..head].to_vec(),
         })
     }
 }
 
+/// Weights of the loss terms (reward and policy have weight 1).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LossWeights {
+    pub value: f64,
+    /// The consistency loss (0: off; ignored for a network without projection heads).
+    pub consistency: f64,
+}
+
 /// Compute the unrolled loss of `batch` with `target_values` (`[B * (K+1)]`, the batch's own
-/// targets or ones re-bootstrapped with a target network).
+/// targets or ones re-bootstrapped with a target network), without the consistency loss.
 pub fn unrolled_loss(
     network: &MuZeroNetwork,
     batch: &Batch,
     target_values: &[f32],
     value_loss_weight: f64,
 ) -> Result<LossOutput, NetworkError> {
+    let weights = LossWeights {
+        value: value_loss_weight,
+        consistency: 0.0,
+    };
+    unrolled_loss_with(network, batch, target_values, &weights)
+}
+
+/// [`unrolled_loss`] with every term's weight.
+pub fn unrolled_loss_with(
+    network: &MuZeroNetwork,
+    batch: &Batch,
+    target_values: &[f32],
+    loss_weights: &LossWeights,
+) -> Result<LossOutput, NetworkError> {
+    let value_loss_weight = loss_weights.value;
     let spec = network.spec();
     let device = network.device();
     let b = batch.batch_size;
@@ -100,6 +132,24 @@ pub fn unrolled_loss(
     let policy_mask = per_step(&batch.policy_mask, 1)?.squeeze(2)?;
     let weights = Tensor::from_slice(&batch.weights, b, device)?;
 
+    // Consistency targets: the projected representations of the real observations at
+    // t+1..t+K, in one batch, without gradient; `[K, B, P]`.
+    let consistency = if loss_weights.consistency > 0.0 && k_steps > 0 {
+        let o = batch.obs_len;
+        let unrolled = step_major(&batch.unroll_observations, b, steps, o);
+        let later = network.observation_tensor(&unrolled[b * o..])?;
+        match network.project(&network.represent(&later)?, false)? {
+            Some(projected) => {
+                let p = projected.dim(1)?;
+                let targets = l2_normalize(&projected.detach())?.reshape((k_steps, b, p))?;
+                Some((targets, per_step(&batch.observation_mask, 1)?.squeeze(2)?))
+            }
+            None => None,
+        }
+    } else {
+        None
+    };
+
     let observations = network.observation_tensor(&batch.observations)?;
     let mut latent = network.represent(&observations)?;
     let (mut policy_logits, mut value_logits) = network.predict(&latent)?;
@@ -110,6 +160,7 @@ pub fn unrolled_loss(
     let mut parts: Vec<Tensor> = Vec::with_capacity(steps);
     for k in 0..steps {
         let mut reward_ce = None;
+        let mut consistency_term: Option<Tensor> = None;
         if k > 0 {
             let actions: Vec<usize> = (0..b).map(|i| batch.actions[i * k_steps + k - 1]).collect();
             let one_hot = network.action_tensor(&actions)?;
@@ -120,6 +171,13 @@ pub fn unrolled_loss(
             policy_logits = p;
             value_logits = v;
             reward_ce = Some(soft_cross_entropy(&reward_logits, &reward_targets.get(k)?)?);
+            if let Some((targets, mask)) = &consistency {
+                let online = network
+                    .project(&latent, true)?
+                    .expect("consistency targets come from the projection heads");
+                let cosine = (l2_normalize(&online)? * targets.get(k - 1)?)?.sum(1)?;
+                consistency_term = Some((cosine.neg()? * mask.get(k)?)?);
+            }
         }
         let vmask = value_mask.get(k)?;
         let pmask = policy_mask.get(k)?;
@@ -136,11 +194,20 @@ pub fn unrolled_loss(
             }
             None => Tensor::zeros((), DType::F32, device)?,
         };
+        let consistency_mean = match consistency_term {
+            Some(c) => {
+                let mean = c.detach().mean_all()?;
+                step_loss = (step_loss + (c * loss_weights.consistency)?)?;
+                mean
+            }
+            None => Tensor::zeros((), DType::F32, device)?,
+        };
         let means = Tensor::stack(
             &[
                 value_ce.detach().mean_all()?,
                 reward_mean,
                 policy_ce.detach().mean_all()?,
+                consistency_mean,
             ],
             0,
         )?;
@@ -155,6 +222,12 @@ pub fn unrolled_loss(
         first_value_logits,
         first_targets: (0..b).map(|i| target_values[i * steps]).collect(),
     })
+}
+
+/// Rows scaled to unit Euclidean norm (f32), `[B, P]`.
+fn l2_normalize(x: &Tensor) -> candle_core::Result<Tensor> {
+    let norm = (x.sqr()?.sum_keepdim(1)? + 1e-12)?.sqrt()?;
+    x.broadcast_div(&norm)
 }
 
 /// `[B, S, n]` row-major -> `[S, B, n]`.
@@ -219,7 +292,93 @@ mod tests {
 
     #[test]
     fn every_parameter_receives_a_nonzero_gradient() {
-        all_parameters_get_gradients(spec(), buffer(1));
+        all_parameters_get_gradients(spec(), buffer(1), 0.0);
+    }
+
+    /// A spec with EfficientZero's projection heads.
+    fn with_projection(spec: NetworkSpec) -> NetworkSpec {
+        NetworkSpec {
+            projection_dim: 12,
+            ..spec
+        }
+    }
+
+    #[test]
+    fn the_consistency_loss_gives_every_parameter_a_gradient_mlp_and_conv() {
+        all_parameters_get_gradients(with_projection(spec()), buffer(1), 2.0);
+        let conv = NetworkSpec {
+            observation_shape: vec![2, 3, 4],
+            ..with_projection(spec())
+        };
+        all_parameters_get_gradients(conv, buffer_with(11, 24), 2.0);
+    }
+
+    #[test]
+    fn without_its_weight_the_projection_heads_get_no_gradient_and_change_nothing() {
+        let plain = MuZeroNetwork::new(spec(), 3, &Device::Cpu, DType::F32).unwrap();
+        let heads =
+            MuZeroNetwork::new(with_projection(spec()), 3, &Device::Cpu, DType::F32).unwrap();
+        let batch = buffer(1)
+            .sample(16, &mut rand::rngs::StdRng::seed_from_u64(2))
+            .unwrap();
+        let a = unrolled_loss(&plain, &batch, &batch.target_values, 0.25).unwrap();
+        let b = unrolled_loss(&heads, &batch, &batch.target_values, 0.25).unwrap();
+        // The heads are built last: the same seed draws the same trunk weights.
+        assert_eq!(
+            a.total.to_scalar::<f32>().unwrap(),
+            b.total.to_scalar::<f32>().unwrap()
+        );
+        let grads = b.total.backward().unwrap();
+        for (name, var) in heads.params().named() {
+            assert_eq!(
+                grads.get(var.as_tensor()).is_some(),
+                !name.starts_with("projection."),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_consistency_loss_falls_on_a_fixed_batch() {
+        use crate::train::optimizer::{AdamW, AdamWConfig};
+        let net = MuZeroNetwork::new(with_projection(spec()), 4, &Device::Cpu, DType::F32).unwrap();
+        let batch = buffer(5)
+            .sample(32, &mut rand::rngs::StdRng::seed_from_u64(6))
+            .unwrap();
+        let named = net
+            .params()
+            .named()
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect();
+        let mut opt = AdamW::new(
+            named,
+            AdamWConfig {
+                learning_rate: 3e-3,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+                weight_decay: 0.0,
+                max_grad_norm: 10.0,
+            },
+        )
+        .unwrap();
+        let weights = LossWeights {
+            value: 0.25,
+            consistency: 2.0,
+        };
+        let mut first = None;
+        let mut last = None;
+        for _ in 0..100 {
+            let loss = unrolled_loss_with(&net, &batch, &batch.target_values, &weights).unwrap();
+            let values = loss.read(&net, &[]).unwrap();
+            first.get_or_insert(values.consistency);
+            last = Some(values.consistency);
+            opt.step(&loss.total.backward().unwrap(), 3e-3).unwrap();
+        }
+        let (first, last) = (first.unwrap(), last.unwrap());
+        // A negative cosine similarity, averaged with masked (zero) steps: in [-1, 1].
+        assert!((-1.0..=1.0).contains(&first) && (-1.0..=1.0).contains(&last));
+        assert!(last < first - 0.2, "consistency loss {first} -> {last}");
     }
 
     #[test]
@@ -230,10 +389,14 @@ mod tests {
         };
         assert!(conv.uses_conv());
         assert_eq!(conv.latent_shape(), vec![4, 3, 4]);
-        all_parameters_get_gradients(conv, buffer_with(11, 24));
+        all_parameters_get_gradients(conv, buffer_with(11, 24), 0.0);
     }
 
-    fn all_parameters_get_gradients(spec: NetworkSpec, replay: ReplayBuffer) {
+    fn all_parameters_get_gradients(spec: NetworkSpec, replay: ReplayBuffer, consistency: f64) {
+        let weights = LossWeights {
+            value: 0.25,
+            consistency,
+        };
         let net = MuZeroNetwork::new(spec, 3, &Device::Cpu, DType::F32).unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(2);
         let batch = replay.sample(16, &mut rng).unwrap();
@@ -256,9 +419,9 @@ mod tests {
             },
         )
         .unwrap();
-        let first = unrolled_loss(&net, &batch, &batch.target_values, 0.25).unwrap();
+        let first = unrolled_loss_with(&net, &batch, &batch.target_values, &weights).unwrap();
         opt.step(&first.total.backward().unwrap(), 1e-3).unwrap();
-        let loss = unrolled_loss(&net, &batch, &batch.target_values, 0.25).unwrap();
+        let loss = unrolled_loss_with(&net, &batch, &batch.target_values, &weights).unwrap();
         let grads = loss.total.backward().unwrap();
         let mut missing = Vec::new();
         for (name, var) in net.params().named() {

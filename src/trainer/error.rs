@@ -32,4 +32,6 @@ pub enum TrainError {
     Replay(#[from] ReplayError),
     #[error("self-play")]
     SelfPlay(#[from] SelfPlayError),
+    #[error("reanalyse search")]
+    Reanalyse(#[from] crate::search::SearchError),
 }

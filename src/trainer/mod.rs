@@ -25,8 +25,10 @@ use crate::components::{self, EnvInfo};
 use crate::config::Config;
 use crate::error_chain::error_chain;
 use crate::metrics::{MetricSink, Progress};
+use crate::network::SearchModel;
 use crate::network::{compute_dtype, MuZeroNetwork};
-use crate::replay::ReplayBuffer;
+use crate::replay::{reanalyse_policies, ReplayBuffer};
+use crate::search::Searcher;
 use crate::selfplay::{evaluate, Actor, ActorPool, ActorPoolConfig, Evaluation};
 use crate::train::{Learner, TrainStats};
 
@@ -88,6 +90,9 @@ struct TrainingRun<'a> {
     timing: Timing,
     /// Whether the replay memory budget has been reported as reached.
     budget_reached: bool,
+    /// Search buffers of reanalyse, and the positions it has searched in this segment.
+    reanalyse_searcher: Searcher,
+    reanalysed: u64,
 }
 
 /// Wall-clock seconds spent in each phase of this segment of the run.
@@ -229,6 +234,8 @@ impl<'a> TrainingRun<'a> {
             last_eval: None,
             timing: Timing::default(),
             budget_reached: false,
+            reanalyse_searcher: Searcher::new(),
+            reanalysed: 0,
         })
     }
 
@@ -467,9 +474,25 @@ impl<'a> TrainingRun<'a> {
     }
 
     fn train_once(&mut self, sink: &mut dyn MetricSink) -> Result<()> {
-        let batch = self
+        let mut batch = self
             .replay
             .sample(self.config.training.batch_size, &mut self.sampler)?;
+        let t = &self.config.training;
+        if t.reanalyse_fraction > 0.0 {
+            let mut search = components::search_config(self.config, &self.env);
+            if t.reanalyse_simulations > 0 {
+                search.num_simulations = t.reanalyse_simulations;
+            }
+            let mut model = SearchModel::new(self.learner.target_network());
+            self.reanalysed += reanalyse_policies(
+                &mut batch,
+                &mut model,
+                &search,
+                t.reanalyse_fraction,
+                &mut self.reanalyse_searcher,
+                &mut self.sampler,
+            )? as u64;
+        }
         let stats = self.learner.train_step(&batch)?;
         self.replay
             .update_priorities(&batch.ids, &stats.priorities)?;
@@ -480,8 +503,14 @@ impl<'a> TrainingRun<'a> {
             sink.scalar("loss/value", stats.value_loss as f64, step);
             sink.scalar("loss/reward", stats.reward_loss as f64, step);
             sink.scalar("loss/policy", stats.policy_loss as f64, step);
+            if self.config.training.consistency_loss_weight > 0.0 {
+                sink.scalar("loss/consistency", stats.consistency_loss as f64, step);
+            }
             sink.scalar("train/grad_norm", stats.grad_norm, step);
             sink.scalar("train/learning_rate", stats.learning_rate, step);
+            if self.config.training.reanalyse_fraction > 0.0 {
+                sink.scalar("reanalyse/positions", self.reanalysed as f64, step);
+            }
         }
         self.last_stats = Some(stats);
         Ok(())
