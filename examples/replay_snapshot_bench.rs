@@ -29,6 +29,7 @@ fn buffer(transitions: usize, obs_len: usize, actions: usize, game_len: usize) -
         per_epsilon: 1e-6,
         two_player: false,
         max_bytes: 0,
+        td_age_transitions: 0,
         symmetries: Vec::new(),
     });
     let random_obs = |rng: &mut StdRng| -> Vec<f32> {

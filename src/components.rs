@@ -89,6 +89,7 @@ pub fn replay_config(config: &Config, env: &EnvInfo) -> ReplayConfig {
         per_epsilon: mem.per_epsilon as f32,
         two_player: env.num_players > 1,
         max_bytes: (mem.memory_budget_mb * 1e6) as usize,
+        td_age_transitions: config.self_play.td_age_transitions,
         symmetries: if config.self_play.symmetry_augmentation {
             env.symmetries.clone()
         } else {

@@ -456,6 +456,7 @@ mod tests {
             per_epsilon: 1e-3,
             two_player: false,
             max_bytes: 0,
+            td_age_transitions: 0,
             symmetries: Vec::new(),
         });
         r.save_game(scripted_game(&[1.0, 1.0], &[0.5, 0.4], &[0; 3], true, 0.0))

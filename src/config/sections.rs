@@ -177,6 +177,9 @@ pub struct SelfPlayConfig {
     pub num_unroll_steps: usize,
     /// n: steps of the bootstrapped value target.
     pub td_steps: usize,
+    /// Off-policy correction (EfficientZero): a replayed position's bootstrap horizon shrinks
+    /// by one step for every this many transitions stored after it, down to 1 (0: off).
+    pub td_age_transitions: usize,
     pub discount: f64,
     /// Self-play threads running beside the learner (0: actor and learner take turns in one
     /// thread); a seed reproduces a run either way.

@@ -97,6 +97,11 @@ impl ReplayBuffer {
         self.config.max_bytes = max_bytes;
     }
 
+    /// Change the off-policy correction (`td_age_transitions`; 0: off).
+    pub fn set_td_age_transitions(&mut self, transitions: usize) {
+        self.config.td_age_transitions = transitions;
+    }
+
     /// The symmetries sampled positions are augmented with (empty: none).
     pub fn set_symmetries(&mut self, symmetries: Vec<cumind_envs::Symmetry>) {
         self.config.symmetries = symmetries;
@@ -174,7 +179,8 @@ impl ReplayBuffer {
         }
         let priorities: Vec<f32> = (0..t_len)
             .map(|t| {
-                let target = ValueParts::at(&game, t, &self.config).target(&game);
+                let target =
+                    ValueParts::at(&game, t, &self.config, self.config.td_steps).target(&game);
                 let error = (game.root_values[t] - target).abs();
                 sanitize_priority(error + self.config.per_epsilon)
             })
@@ -216,6 +222,21 @@ impl ReplayBuffer {
         } else {
             f64::from(priority).powf(f64::from(self.config.per_alpha))
         }
+    }
+
+    /// The bootstrap horizon of position `t` of `self.games[gi]`: `td_steps`, shortened with
+    /// the position's age when `td_age_transitions > 0` (see the module docs, "Targets").
+    fn td_steps_at(&self, gi: usize, t: usize) -> usize {
+        let c = &self.config;
+        if c.td_age_transitions == 0 {
+            return c.td_steps;
+        }
+        // Stored games fill the ring contiguously from the oldest game's first slot, so a
+        // position's offset from there says how many transitions were stored after it.
+        let origin = self.games[0].start;
+        let offset = (self.games[gi].start + t + c.capacity - origin) % c.capacity;
+        let age = self.num_transitions - 1 - offset;
+        c.td_steps.saturating_sub(age / c.td_age_transitions).max(1)
     }
 
     /// `(index in self.games, position)` of a live id.
@@ -282,7 +303,15 @@ impl ReplayBuffer {
                 position: id.position(),
             })?;
             let stored = &self.games[gi];
-            fill_row(&mut batch, b, &stored.game, t, &self.config, rng);
+            let td_steps = self.td_steps_at(gi, t);
+            fill_row(
+                &mut batch,
+                b,
+                (&stored.game, t),
+                td_steps,
+                &self.config,
+                rng,
+            );
             let symmetries = &self.config.symmetries;
             if !symmetries.is_empty() {
                 // 0 is the identity.

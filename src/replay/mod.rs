@@ -46,6 +46,10 @@
 //! uniform (policy mask 0). The action at step `k < K` is `actions[u]` for `u < T`, else a
 //! uniformly random action.
 //!
+//! With `td_age_transitions > 0` (off-policy correction), `n` is not `td_steps` but
+//! `max(1, td_steps - age / td_age_transitions)`, where `age` is the number of transitions
+//! stored after position `t` (integer division), for every `k` of the row.
+//!
 //! For bootstrapping with a target network, the batch also carries `reward_sums` (the
 //! discounted reward sum alone), `bootstrap_discounts` (`discount^(b-u) * s(b)`, 0 when there
 //! is no bootstrap) and `bootstrap_observations` (observation `b`, zeros when there is no
@@ -153,6 +157,11 @@ pub struct ReplayConfig {
     pub per_epsilon: f32,
     /// Sign rewards and values relative to the player to move (two-player zero-sum games).
     pub two_player: bool,
+    /// Off-policy correction (EfficientZero): a position's bootstrap horizon shrinks by one
+    /// step for every this many transitions stored after it, down to 1 (0: off, always
+    /// `td_steps`). The whole row (every unrolled step) uses the position's horizon.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub td_age_transitions: usize,
     /// Bytes the stored games may occupy (0: no limit); the oldest games are evicted when a
     /// new one would exceed it, as when the capacity in transitions is reached.
     #[serde(default, skip_serializing_if = "is_zero")]

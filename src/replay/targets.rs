@@ -21,8 +21,8 @@ pub(super) struct ValueParts {
 }
 
 impl ValueParts {
-    /// The decomposition at `u` in `game`.
-    pub(super) fn at(game: &GameHistory, u: usize, config: &ReplayConfig) -> Self {
+    /// The decomposition at `u` in `game` with an `td_steps`-step horizon.
+    pub(super) fn at(game: &GameHistory, u: usize, config: &ReplayConfig, td_steps: usize) -> Self {
         let t_len = game.len();
         if u > t_len {
             return Self {
@@ -40,7 +40,7 @@ impl ValueParts {
             }
         };
         let gamma = f64::from(config.discount);
-        let end = u.saturating_add(config.td_steps).min(t_len);
+        let end = u.saturating_add(td_steps).min(t_len);
         let mut sum = 0.0f64;
         let mut factor = 1.0f64;
         for j in u..end {
@@ -74,13 +74,14 @@ impl ValueParts {
     }
 }
 
-/// Fills row `b` of `batch` (zeroed by `Batch::zeros`) with position `t` of `game`. The RNG
-/// draws one action for each unrolled step past the end of the game, in step order.
+/// Fills row `b` of `batch` (zeroed by `Batch::zeros`) with position `t` of `game`, with
+/// n-step value targets of horizon `td_steps`. The RNG draws one action for each unrolled
+/// step past the end of the game, in step order.
 pub(super) fn fill_row<R: Rng + ?Sized>(
     batch: &mut Batch,
     b: usize,
-    game: &GameHistory,
-    t: usize,
+    (game, t): (&GameHistory, usize),
+    td_steps: usize,
     config: &ReplayConfig,
     rng: &mut R,
 ) {
@@ -105,7 +106,7 @@ pub(super) fn fill_row<R: Rng + ?Sized>(
             batch.unroll_observations[row * obs_len..(row + 1) * obs_len]
                 .copy_from_slice(game.observation(u));
         }
-        let parts = ValueParts::at(game, u, config);
+        let parts = ValueParts::at(game, u, config, td_steps);
         if parts.known {
             batch.value_mask[row] = 1.0;
             batch.target_values[row] = parts.target(game);
@@ -190,6 +191,49 @@ mod tests {
         assert!(b.actions[2] < 2);
         assert_close(&b.bootstrap_discounts, &[0.0; 4]);
         assert_close(&b.bootstrap_observations, &[0.0; 8]);
+    }
+
+    #[test]
+    fn off_policy_correction_shortens_the_horizon_of_older_positions() {
+        // discount 1, n = 3, K = 0; one step less per 2 transitions of age. Game 0: rewards
+        // [1..5], root values [10..50], truncated with final value 60; game 1: the same,
+        // terminated. 10 transitions: position t of game g has age 9 - (5 g + t).
+        let mut config = replay_config(100, 0, 3, 1.0);
+        config.td_age_transitions = 2;
+        let mut buffer = ReplayBuffer::new(config.clone());
+        buffer.save_game(five_step_game(false)).unwrap();
+        buffer.save_game(five_step_game(true)).unwrap();
+        let value = |buffer: &ReplayBuffer, game: u64, t: usize| {
+            single_batch(buffer, game, t).target_values[0]
+        };
+        // Game 0, t = 1 (age 8): n = max(1, 3 - 4) = 1: 2 + 30.
+        assert_close(&[value(&buffer, 0, 1)], &[32.0]);
+        // Game 0, t = 4 (age 5): n = 1: 5 + 60 (the truncation bootstrap).
+        assert_close(&[value(&buffer, 0, 4)], &[65.0]);
+        // Game 1, t = 2 (age 2): n = 2: 3 + 4 + 50.
+        assert_close(&[value(&buffer, 1, 2)], &[57.0]);
+        // Game 1, t = 3 (age 1): n = 3: 4 + 5, terminated.
+        assert_close(&[value(&buffer, 1, 3)], &[9.0]);
+
+        // Off: every position keeps n = 3 (game 0, t = 1: 2 + 3 + 4 + 50).
+        config.td_age_transitions = 0;
+        let mut plain = ReplayBuffer::new(config);
+        plain.save_game(five_step_game(false)).unwrap();
+        plain.save_game(five_step_game(true)).unwrap();
+        assert_close(&[value(&plain, 0, 1)], &[59.0]);
+
+        // Ages follow the ring after the oldest game is evicted: a 10-slot buffer, a third
+        // game pushes the first out; game 1, t = 0 is then 9 transitions old (n = 1: 1 + 20).
+        let mut config = replay_config(10, 0, 3, 1.0);
+        config.td_age_transitions = 2;
+        let mut ring = ReplayBuffer::new(config);
+        for terminated in [false, true, true] {
+            ring.save_game(five_step_game(terminated)).unwrap();
+        }
+        assert_eq!(ring.num_games(), 2);
+        assert_close(&[value(&ring, 1, 0)], &[21.0]);
+        // Game 2, t = 4 (age 0): n = 3, terminated: 5.
+        assert_close(&[value(&ring, 2, 4)], &[5.0]);
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub fn replay_config(
         per_epsilon: 0.01,
         two_player: false,
         max_bytes: 0,
+        td_age_transitions: 0,
         symmetries: Vec::new(),
     }
 }

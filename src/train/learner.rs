@@ -458,6 +458,7 @@ mod tests {
             per_epsilon: 1e-3,
             two_player: false,
             max_bytes: 0,
+            td_age_transitions: 0,
             symmetries: Vec::new(),
         });
         for _ in 0..5 {

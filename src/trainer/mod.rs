@@ -204,10 +204,11 @@ impl<'a> TrainingRun<'a> {
                     .replay
                     .unwrap_or_else(|| ReplayBuffer::new(components::replay_config(config, &env)));
                 // Snapshots do not store the symmetries (they come from the environment), and a
-                // resumed run may change its memory budget.
+                // resumed run may change its memory budget and off-policy correction.
                 let fresh = components::replay_config(config, &env);
                 replay.set_symmetries(fresh.symmetries);
                 replay.set_max_bytes(fresh.max_bytes);
+                replay.set_td_age_transitions(fresh.td_age_transitions);
                 let run_dir = ckpt
                     .dir
                     .parent()
