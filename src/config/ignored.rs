@@ -128,10 +128,15 @@ impl Config {
             );
         }
         if t.reanalyse_fraction == 0.0 {
-            add(
+            for key in [
                 "training.reanalyse_simulations",
-                "training.reanalyse_fraction is 0 (no reanalyse)".to_string(),
-            );
+                "training.reanalyse_network",
+            ] {
+                add(
+                    key,
+                    "training.reanalyse_fraction is 0 (no reanalyse)".to_string(),
+                );
+            }
         }
         if self.self_play.value_target == ValueTargetSource::Root && t.reanalyse_fraction == 0.0 {
             add(

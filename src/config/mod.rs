@@ -35,7 +35,8 @@ pub use layers::{
 pub use sections::{
     parse_device, ActionDtype, DataTypesConfig, DeviceConfig, DeviceKind, EnvironmentConfig,
     MctsConfig, MemoryConfig, ModelDtype, NetworkConfig, NetworkType, OtherConfig,
-    SearchPolicyKind, SelfPlayConfig, TargetDtype, TrainingConfig, ValueTargetSource,
+    ReanalyseNetwork, SearchPolicyKind, SelfPlayConfig, TargetDtype, TrainingConfig,
+    ValueTargetSource,
 };
 
 /// A configuration that could not be loaded.

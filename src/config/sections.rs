@@ -36,6 +36,16 @@ pub enum ValueTargetSource {
     TargetNetwork,
 }
 
+/// `training.reanalyse_network`: the network reanalyse searches with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReanalyseNetwork {
+    /// The target network (refreshed every `target_update_frequency` steps; EfficientZero).
+    TargetNetwork,
+    /// The parameters being trained, as they are at the training step.
+    Latest,
+}
+
 /// `data_types.model_dtype`: the compute dtype of the forward pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -115,6 +125,8 @@ pub struct TrainingConfig {
     pub reanalyse_fraction: f64,
     /// Simulations of a reanalyse search (0: `mcts.num_simulations`).
     pub reanalyse_simulations: usize,
+    /// The network reanalyse searches with.
+    pub reanalyse_network: ReanalyseNetwork,
     /// Linear learning-rate warm-up, in training steps.
     pub lr_warmup_steps: usize,
     /// The learning rate decays (cosine) to this fraction of its peak by the end of the run.

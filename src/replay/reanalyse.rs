@@ -17,7 +17,8 @@
 //! original search visited.
 //!
 //! Free of candle: the model is any [`Model`] (the trainer passes a
-//! [`crate::network::SearchModel`] of its target network).
+//! [`crate::network::SearchModel`] of the target network or of the latest parameters,
+//! `training.reanalyse_network`).
 
 use rand::Rng;
 

@@ -22,7 +22,7 @@ use rand::SeedableRng;
 
 use crate::checkpoint::{self, CheckpointData, Counters};
 use crate::components::{self, EnvInfo};
-use crate::config::Config;
+use crate::config::{Config, ReanalyseNetwork};
 use crate::error_chain::error_chain;
 use crate::metrics::{MetricSink, Progress};
 use crate::network::SearchModel;
@@ -484,7 +484,10 @@ impl<'a> TrainingRun<'a> {
             if t.reanalyse_simulations > 0 {
                 search.num_simulations = t.reanalyse_simulations;
             }
-            let mut model = SearchModel::new(self.learner.target_network());
+            let mut model = SearchModel::new(match t.reanalyse_network {
+                ReanalyseNetwork::TargetNetwork => self.learner.target_network(),
+                ReanalyseNetwork::Latest => self.learner.network(),
+            });
             self.reanalysed += reanalyse_policies(
                 &mut batch,
                 &mut model,
