@@ -14,6 +14,12 @@ use crate::selfplay::SelfPlayError;
 pub enum TrainError {
     #[error("training needs at least one device")]
     NoDevice,
+    #[error("cannot create the run directory {path}")]
+    RunDirectory {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("the configured environment is not available")]
     Environment(#[from] cumind_envs::EnvError),
     #[error("cannot resume from {path}")]
