@@ -288,6 +288,11 @@ fn issue_7_keys_the_run_would_not_read_are_warned_about() {
         vec!["--config".into(), preset("catch.json"), "config".into()],
         vec!["--config".into(), preset("tictactoe.json"), "config".into()],
         vec!["--config".into(), preset("cartpole.json"), "config".into()],
+        vec![
+            "--config".into(),
+            preset("cartpole_sample_efficient.json"),
+            "config".into(),
+        ],
         vec!["--config".into(), preset("connect4.json"), "config".into()],
         vec![
             "--config".into(),

@@ -344,6 +344,53 @@ mod tests {
         }
     }
 
+    /// A large batch (the rayon paths of the search and of the host MLP) searches every root
+    /// as it would be searched alone, on the host and on tensors.
+    #[test]
+    fn a_large_batch_searches_each_root_as_if_alone() {
+        let net = MuZeroNetwork::new(spec(vec![5]), 8, &Device::Cpu, DType::F32).unwrap();
+        let batch = 200;
+        let obs: Vec<f32> = (0..batch * 5).map(|i| (i as f32 * 0.61).cos()).collect();
+        let masks = vec![true; batch * 3];
+        let config = search(SearchPolicy::Gumbel {
+            max_considered_actions: 3,
+            c_visit: 50.0,
+            c_scale: 1.0,
+        });
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        for on_tensors in [false, true] {
+            let make = || {
+                if on_tensors {
+                    SearchModel::on_tensors(&net)
+                } else {
+                    SearchModel::new(&net)
+                }
+            };
+            let all =
+                run_search(&mut make(), &config, &obs, batch, &masks, false, &mut rng).unwrap();
+            for b in (0..batch).step_by(7) {
+                let alone = run_search(
+                    &mut make(),
+                    &config,
+                    &obs[b * 5..(b + 1) * 5],
+                    1,
+                    &masks[..3],
+                    false,
+                    &mut rng,
+                )
+                .unwrap();
+                assert_eq!(all.visit_counts_of(b), alone.visit_counts_of(0), "root {b}");
+                for (x, y) in all
+                    .policy_target_of(b)
+                    .iter()
+                    .zip(alone.policy_target_of(0))
+                {
+                    assert!((x - y).abs() < 1e-4, "root {b}: {x} vs {y}");
+                }
+            }
+        }
+    }
+
     /// The search over a real network: latents stay in the buffer, the tree sees scalars, and
     /// the stored latent of a node equals the dynamics applied to its parent's latent.
     #[test]
