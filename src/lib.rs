@@ -23,6 +23,7 @@ pub mod build_info;
 pub mod checkpoint;
 pub mod components;
 pub mod config;
+pub mod distributed;
 pub mod error_chain;
 pub mod metrics;
 pub mod model;

@@ -195,6 +195,25 @@ pub struct TrainArgs {
     /// Hide the progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// Train over several processes: `mpi` under `mpirun -np K` (a build with the `mpi`
+    /// feature). Each rank plays its own games and trains on batch_size / K positions per step;
+    /// rank 0 alone evaluates and writes logs and checkpoints.
+    #[arg(long, value_enum, default_value_t = Distributed::None)]
+    pub distributed: Distributed,
+    /// With --distributed: a rank that waits longer than this many seconds for the others in
+    /// one exchange stops with an error (a stalled rank; a dead one is noticed by mpirun at
+    /// once). Rank 0's evaluations and checkpoint saves count as waiting for the others.
+    #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
+    pub distributed_timeout: f64,
+}
+
+/// How `train` spreads over processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Distributed {
+    /// One process.
+    None,
+    /// MPI ranks, launched by mpirun.
+    Mpi,
 }
 
 #[derive(Debug, Args)]

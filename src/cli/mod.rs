@@ -24,10 +24,11 @@ mod input;
 
 pub use args::Cli;
 use args::{
-    AgentPlays, BenchmarkArgs, CheckEnvArgs, Command, ConfigArgs, EvalArgs, PlayArgs, PlotArgs,
-    TrainArgs,
+    AgentPlays, BenchmarkArgs, CheckEnvArgs, Command, ConfigArgs, Distributed, EvalArgs, PlayArgs,
+    PlotArgs, TrainArgs,
 };
 use console::ConsoleSink;
+use cumind::distributed::Collective;
 use input::{dedicated_flags, explicit_keys, load_agent, warn_ignored_keys};
 
 /// Open `kind` (the only place a device is chosen).
@@ -94,9 +95,65 @@ pub fn open_devices(first: DeviceKind, count: usize) -> Result<Vec<Device>> {
     }
 }
 
+/// The group of ranks `--distributed` asks for (`None`: this process trains alone).
+fn join_ranks(args: &TrainArgs) -> Result<Option<Arc<dyn Collective>>> {
+    match args.distributed {
+        Distributed::None => Ok(None),
+        Distributed::Mpi => join_mpi(args),
+    }
+}
+
+#[cfg(feature = "mpi")]
+fn join_mpi(args: &TrainArgs) -> Result<Option<Arc<dyn Collective>>> {
+    if args.distributed_timeout.is_nan() || args.distributed_timeout <= 0.0 {
+        bail!(
+            "--distributed-timeout must be a positive number of seconds, got {}",
+            args.distributed_timeout
+        );
+    }
+    let world = cumind::distributed::mpi::MpiWorld::init(std::time::Duration::from_secs_f64(
+        args.distributed_timeout,
+    ))
+    .context("cannot start MPI")?;
+    if world.rank() != 0 || world.size() > 1 {
+        eprintln!(
+            "rank {} of {} on {} (pid {})",
+            world.rank(),
+            world.size(),
+            world.host(),
+            std::process::id()
+        );
+    }
+    // The world is used only from this (the main) thread; the trainer and its learner share it.
+    #[allow(clippy::arc_with_non_send_sync)]
+    let world: Arc<dyn Collective> = Arc::new(world);
+    Ok(Some(world))
+}
+
+#[cfg(not(feature = "mpi"))]
+fn join_mpi(_args: &TrainArgs) -> Result<Option<Arc<dyn Collective>>> {
+    bail!(
+        "--distributed mpi needs a build with MPI: `cargo build --release --features mpi` \
+         (Open MPI and libclang must be installed; see the README)"
+    )
+}
+
+/// The ranks of this machine under mpirun (1 otherwise), for the default thread count.
+fn local_ranks(distributed: Distributed) -> usize {
+    if distributed == Distributed::None {
+        return 1;
+    }
+    std::env::var("OMPI_COMM_WORLD_LOCAL_SIZE")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
 /// Give rayon and candle an explicit thread count before any thread starts: with
 /// RAYON_NUM_THREADS unset, candle re-derives it on every matmul (see docs/dependencies.md).
-fn set_thread_count(config: &Config) {
+/// The cores are shared among the `local_ranks` ranks of this machine.
+fn set_thread_count(config: &Config, local_ranks: usize) {
     if let Some(set) = std::env::var_os("RAYON_NUM_THREADS") {
         let wanted = config.other.num_threads;
         if wanted > 0 && set.to_string_lossy() != wanted.to_string() {
@@ -110,9 +167,12 @@ fn set_thread_count(config: &Config) {
     let n = if config.other.num_threads > 0 {
         config.other.num_threads
     } else {
-        std::thread::available_parallelism()
+        // The cores are shared by the ranks on this machine.
+        (std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1)
+            / local_ranks)
+            .max(1)
     };
     std::env::set_var("RAYON_NUM_THREADS", n.to_string());
 }
@@ -167,8 +227,12 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
             .context("invalid configuration")?
         }
     };
-    warn_ignored_keys(&config, &explicit_keys(config_args)?)?;
-    set_thread_count(&config);
+    let collective = join_ranks(&args)?;
+    let rank = collective.as_ref().map_or(0, |c| c.rank());
+    if rank == 0 {
+        warn_ignored_keys(&config, &explicit_keys(config_args)?)?;
+    }
+    set_thread_count(&config, local_ranks(args.distributed));
     let devices = open_devices(config.device.device_type, config.device.num_devices)?;
     let stop = Arc::new(AtomicBool::new(false));
     {
@@ -189,12 +253,28 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
         })
         .context("cannot install the signal handler")?;
     }
+    if rank > 0 {
+        // The other ranks train and exchange gradients; rank 0 writes everything.
+        let options = RunOptions {
+            resume: args.resume.clone(),
+            stop,
+            no_checkpoints: true,
+            run_name: Some(format!("rank-{rank}")),
+            collective,
+        };
+        let result = train(&config, &devices, &options, &mut cumind::metrics::NullSink)
+            .map_err(anyhow::Error::from);
+        report_before_teardown(result, devices)?;
+        return Ok(());
+    }
     let run_name_hint = cumind::trainer::planned_run_name(&config, args.resume.as_deref())?;
+    let ranks = collective.as_ref().map_or(1, |c| c.size());
     let options = RunOptions {
         resume: args.resume.clone(),
         stop,
         no_checkpoints: false,
         run_name: Some(run_name_hint.clone()),
+        collective,
     };
     let log_dir = PathBuf::from(&config.other.log_dir).join(&run_name_hint);
     let tensorboard = TensorBoardSink::new(&log_dir)
@@ -203,9 +283,14 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
         .with_context(|| format!("cannot create {}", log_dir.display()))?;
     let mut sink = ConsoleSink::new(tensorboard, csv, !args.no_progress);
     eprintln!(
-        "training {} on {} | logs: {} | checkpoints: {}",
+        "training {} on {}{} | logs: {} | checkpoints: {}",
         config.environment.env_name,
         config.device.device_type,
+        if ranks > 1 {
+            format!(" x {ranks} MPI ranks")
+        } else {
+            String::new()
+        },
         log_dir.display(),
         PathBuf::from(&config.training.checkpoint_root_dir)
             .join(&run_name_hint)
@@ -253,7 +338,7 @@ fn run_eval(config_args: &ConfigArgs, args: EvalArgs) -> Result<()> {
     let device = open_device(args.device)?;
     let agent = load_agent("eval", config_args, &args.checkpoint, &device)?;
     let config = agent.config();
-    set_thread_count(config);
+    set_thread_count(config, 1);
     if args.episodes == 0 {
         bail!("--episodes must be at least 1");
     }
@@ -493,7 +578,7 @@ fn run_benchmark(config_args: &ConfigArgs, args: BenchmarkArgs) -> Result<()> {
         }
     }
     warn_ignored_keys(&config, &explicit)?;
-    set_thread_count(&config);
+    set_thread_count(&config, 1);
     let devices = open_devices(config.device.device_type, args.num_devices)?;
     let dtypes = args
         .dtypes

@@ -51,6 +51,8 @@ pub enum NetworkError {
     BatchSplit { batch: usize, replicas: usize },
     #[error("action {action} is out of range for {num_actions} actions")]
     ActionOutOfRange { action: usize, num_actions: usize },
+    #[error("exchange with the other ranks failed")]
+    Collective(#[from] crate::distributed::CollectiveError),
 }
 
 /// Everything that fixes a network's architecture.

@@ -6,10 +6,13 @@
 //! the first replica's device, summed, divided by N) and every replica applies the same update
 //! with its own copy of the optimizer state, so the replicas stay identical.
 
-use candle_core::{Device, Tensor};
+use std::sync::Arc;
+
+use candle_core::{DType, Device, Tensor};
 
 use super::loss::{unrolled_loss_with, LossOutput, LossValues, LossWeights};
 use super::optimizer::{AdamW, AdamWConfig, LrSchedule};
+use crate::distributed::Collective;
 use crate::network::host_mlp::HostMlp;
 use crate::network::{MuZeroNetwork, NetworkError};
 use crate::replay::Batch;
@@ -182,6 +185,9 @@ pub struct Learner {
     /// NCCL communicators when every replica is on its own GPU (feature `nccl`).
     #[cfg(feature = "nccl")]
     reducer: Option<super::nccl::NcclReducer>,
+    /// The other processes' learners, when training over several ranks: gradients are
+    /// averaged with theirs after the in-process average.
+    collective: Option<Arc<dyn Collective>>,
 }
 
 impl Learner {
@@ -220,7 +226,61 @@ impl Learner {
             } else {
                 None
             },
+            collective: None,
         })
+    }
+
+    /// Train together with the learners of the other ranks of `collective`: every replica
+    /// takes rank 0's parameters (online and target) now, and every step averages the
+    /// gradients over the ranks. The optimizer states must already agree (fresh, or restored
+    /// from the same checkpoint). Every rank must call this, and then `train_step` as often.
+    pub fn set_collective(&mut self, collective: Arc<dyn Collective>) -> Result<(), NetworkError> {
+        if collective.size() > 1 {
+            for replica in &mut self.replicas {
+                for net in [&replica.network, &replica.target] {
+                    for (_, var) in net.params().named() {
+                        let t = var.as_tensor();
+                        let mut flat = t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+                        collective.broadcast_f32(&mut flat)?;
+                        let from_rank_0 =
+                            Tensor::from_vec(flat, t.shape(), t.device())?.to_dtype(t.dtype())?;
+                        var.set(&from_rank_0)?;
+                    }
+                }
+                replica.target_changed()?;
+            }
+        }
+        self.collective = Some(collective);
+        Ok(())
+    }
+
+    /// Summed over the ranks, the largest difference between a rank's parameters and rank
+    /// 0's (0 without other ranks): a check that the ranks stayed identical.
+    pub fn max_difference_from_rank_0(&self) -> Result<f32, NetworkError> {
+        let Some(collective) = self.collective.as_ref().filter(|c| c.size() > 1) else {
+            return Ok(0.0);
+        };
+        let mut worst = 0f32;
+        for (_, var) in self.network().params().named() {
+            let mine = var
+                .as_tensor()
+                .flatten_all()?
+                .to_dtype(DType::F32)?
+                .to_vec1::<f32>()?;
+            let mut theirs = mine.clone();
+            collective.broadcast_f32(&mut theirs)?;
+            for (a, b) in mine.iter().zip(&theirs) {
+                let d = (a - b).abs();
+                // NaN on one rank only counts as a difference.
+                if d > worst || (d.is_nan() && !(a.is_nan() && b.is_nan())) {
+                    worst = if d.is_nan() { f32::INFINITY } else { d };
+                }
+            }
+        }
+        // The sum of every rank's largest difference: 0 exactly when all ranks equal rank 0.
+        let mut all = [worst];
+        collective.sum_f32(&mut all)?;
+        Ok(all[0])
     }
 
     /// The (first replica's) network.
@@ -302,10 +362,13 @@ impl Learner {
                     .collect::<Result<Vec<_>, _>>()
             })?
         };
-        let per_replica = match self.reduce_on_devices(&results)? {
+        let mut per_replica = match self.reduce_on_devices(&results)? {
             Some(grads) => grads,
             None => vec![average_gradients(&results, self.device())?; n],
         };
+        if let Some(collective) = self.collective.as_ref().filter(|c| c.size() > 1) {
+            per_replica = average_over_ranks(collective.as_ref(), &per_replica[0], &self.replicas)?;
+        }
         let lr = self.config.schedule.at(self.steps());
         let mut report = None;
         for (replica, grads) in self.replicas.iter_mut().zip(&per_replica) {
@@ -380,6 +443,40 @@ impl Learner {
         }
         Ok(())
     }
+}
+
+/// `grads` (this rank's in-process mean) averaged over the ranks of `collective`, in one
+/// exchange of all parameters, then one copy per replica on its device.
+fn average_over_ranks(
+    collective: &dyn Collective,
+    grads: &[Option<Tensor>],
+    replicas: &[Replica],
+) -> Result<Vec<Vec<Option<Tensor>>>, NetworkError> {
+    let mut flat = Vec::new();
+    for g in grads.iter().flatten() {
+        flat.extend(g.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?);
+    }
+    collective.average_f32(&mut flat)?;
+    let mut out = Vec::with_capacity(replicas.len());
+    for replica in replicas {
+        let device = replica.network.device();
+        let mut at = 0;
+        let mut mine = Vec::with_capacity(grads.len());
+        for g in grads {
+            mine.push(match g {
+                Some(g) => {
+                    let n = g.elem_count();
+                    let t = Tensor::from_slice(&flat[at..at + n], g.shape(), device)?
+                        .to_dtype(g.dtype())?;
+                    at += n;
+                    Some(t)
+                }
+                None => None,
+            });
+        }
+        out.push(mine);
+    }
+    Ok(out)
 }
 
 /// Mean of the replicas' gradients, parameter by parameter, on `device` (an in-process
@@ -535,6 +632,52 @@ mod tests {
 
     /// A bf16 learner trains through the cast-once view: every f32 parameter moves, and the
     /// first steps agree with the f32 learner to bf16 precision.
+    /// Two ranks (threads standing in for processes), each training on its half of the same
+    /// batches and starting from different parameters, end bit-identical to each other and
+    /// within float rounding of one learner on the whole batches.
+    #[test]
+    fn ranks_take_rank_0s_parameters_and_match_one_learner_on_the_global_batch() {
+        let steps = 6;
+        let single = weights(train(1, steps).network());
+        let handles: Vec<_> = crate::distributed::ThreadWorld::group(2)
+            .into_iter()
+            .map(|world| {
+                std::thread::spawn(move || {
+                    let rank = world.rank();
+                    // Rank 1 starts elsewhere: set_collective must give it rank 0's weights.
+                    let spec = crate::testing::specs::tiny_spec(vec![4], 2);
+                    let start = if rank == 0 {
+                        network()
+                    } else {
+                        MuZeroNetwork::new(spec, 99, &Device::Cpu, DType::F32).unwrap()
+                    };
+                    let mut learner =
+                        Learner::new(start, config(ValueTarget::TargetNetwork)).unwrap();
+                    learner.set_collective(Arc::new(world)).unwrap();
+                    let replay = replay();
+                    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+                    for _ in 0..steps {
+                        let batch = replay.sample(12, &mut rng).unwrap();
+                        let mine = batch.split(2).unwrap().swap_remove(rank);
+                        learner.train_step(&mine).unwrap();
+                    }
+                    let difference = learner.max_difference_from_rank_0().unwrap();
+                    (weights(learner.network()), difference)
+                })
+            })
+            .collect();
+        let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        assert_eq!(results[0].0, results[1].0, "the ranks diverged");
+        assert_eq!(results[0].1, 0.0);
+        let worst = results[0]
+            .0
+            .iter()
+            .zip(&single)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(worst < 1e-4, "two ranks differ from one learner by {worst}");
+    }
+
     #[test]
     fn a_bf16_learner_updates_every_f32_parameter_through_the_cast_view() {
         let f32_net = network();

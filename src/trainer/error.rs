@@ -40,4 +40,10 @@ pub enum TrainError {
     SelfPlay(#[from] SelfPlayError),
     #[error("reanalyse search")]
     Reanalyse(#[from] crate::search::SearchError),
+    #[error("training.batch_size = {batch_size} does not split evenly over {ranks} ranks (each rank trains on batch_size / ranks)")]
+    BatchOverRanks { batch_size: usize, ranks: usize },
+    #[error("exchange with the other ranks")]
+    Collective(#[from] crate::distributed::CollectiveError),
+    #[error("the ranks' parameters diverged: the largest differences from rank 0 sum to {0}")]
+    RanksDiverged(f32),
 }

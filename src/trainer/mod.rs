@@ -9,6 +9,14 @@
 //! an [`ActorPool`] in a fixed round-robin order and the learner publishes its weights after
 //! every step it consumes (see [`ActorPool`] for the schedule); a run is then reproducible for
 //! a seed too, however the threads are scheduled.
+//!
+//! Over several ranks ([`RunOptions::collective`]): each rank runs this loop with its own
+//! self-play (seeds offset by the rank) and replay, samples `batch_size / ranks` positions per
+//! step and averages its gradients with the other ranks' ([`crate::distributed`]). Every
+//! iteration the ranks agree on whether to stop (any rank's budget or interrupt, or rank 0's
+//! evaluation reaching `stop_return`) and on how many training steps to take (the fewest any
+//! rank owes), so they call the same collective operations in the same order. Rank 0 alone
+//! evaluates and writes checkpoints; the others pass `no_checkpoints`.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -23,6 +31,7 @@ use rand::SeedableRng;
 use crate::checkpoint::{self, CheckpointData, Counters};
 use crate::components::{self, EnvInfo};
 use crate::config::{Config, ReanalyseNetwork};
+use crate::distributed::Collective;
 use crate::error_chain::error_chain;
 use crate::metrics::{MetricSink, Progress};
 use crate::network::SearchModel;
@@ -56,6 +65,8 @@ pub struct RunOptions {
     pub no_checkpoints: bool,
     /// Name of the run directory under `checkpoint_root_dir` (default: [`planned_run_name`]).
     pub run_name: Option<String>,
+    /// Train together with the other ranks of this group (several processes); `None`: alone.
+    pub collective: Option<Arc<dyn Collective>>,
 }
 
 /// What a finished run reports.
@@ -93,6 +104,8 @@ struct TrainingRun<'a> {
     /// Search buffers of reanalyse, and the positions it has searched in this segment.
     reanalyse_searcher: Searcher,
     reanalysed: u64,
+    /// The other ranks, when there are any.
+    collective: Option<Arc<dyn Collective>>,
 }
 
 /// Wall-clock seconds spent in each phase of this segment of the run.
@@ -181,7 +194,7 @@ impl<'a> TrainingRun<'a> {
         let dtype = compute_dtype(config.data_types.model_dtype, device);
         let learner_config =
             components::learner_config(config, components::expected_training_steps(config));
-        let (learner, replay, counters, run_dir) = match &options.resume {
+        let (mut learner, replay, counters, run_dir) = match &options.resume {
             None => {
                 let network = MuZeroNetwork::new(spec, config.other.seed, device, dtype)?;
                 let learner = Learner::with_devices(network, learner_config, devices)?;
@@ -217,10 +230,21 @@ impl<'a> TrainingRun<'a> {
                 (learner, replay, ckpt.metadata.counters, run_dir)
             }
         };
+        let collective = options.collective.clone().filter(|c| c.size() > 1);
+        if let Some(c) = &collective {
+            if !config.training.batch_size.is_multiple_of(c.size()) {
+                return Err(TrainError::BatchOverRanks {
+                    batch_size: config.training.batch_size,
+                    ranks: c.size(),
+                });
+            }
+            learner.set_collective(c.clone())?;
+        }
         // Fresh random streams per segment, derived from the seed and the counters, so a
         // resumed run does not replay the exact samples of the first segment.
         let sampler = StdRng::seed_from_u64(
-            config.other.seed ^ (counters.training_steps.wrapping_mul(0x9e37_79b9)),
+            rank_seed(config.other.seed, collective.as_deref())
+                ^ (counters.training_steps.wrapping_mul(0x9e37_79b9)),
         );
         Ok(Self {
             config,
@@ -237,6 +261,7 @@ impl<'a> TrainingRun<'a> {
             budget_reached: false,
             reanalyse_searcher: Searcher::new(),
             reanalysed: 0,
+            collective,
         })
     }
 
@@ -265,9 +290,7 @@ impl<'a> TrainingRun<'a> {
         let segment_start = Instant::now();
         let elapsed_before = self.counters.elapsed_seconds;
         let mut schedule = Schedule::new(config, &self.counters, self.replay.num_transitions());
-        let seed = config
-            .other
-            .seed
+        let seed = rank_seed(config.other.seed, self.collective.as_deref())
             .wrapping_add(self.counters.env_steps.wrapping_mul(7919));
         let mut source = if config.self_play.num_actors == 0 {
             Source::Synchronous(Box::new(
@@ -295,12 +318,23 @@ impl<'a> TrainingRun<'a> {
             )?)
         };
         let mut rate = RateMeter::new(&self.counters);
+        // Over several ranks, rank 0's evaluation stops the run at the next agreement.
+        let mut evaluation_stop: Option<String> = None;
 
         let reason = loop {
-            if options.stop.load(Ordering::SeqCst) {
-                break "interrupted".to_string();
+            let mut stop = if options.stop.load(Ordering::SeqCst) {
+                Some((StopKind::Interrupted, "interrupted".to_string()))
+            } else if let Some(reason) = schedule.budget_spent(&self.counters) {
+                Some((StopKind::Budget, reason))
+            } else {
+                evaluation_stop
+                    .take()
+                    .map(|reason| (StopKind::Evaluation, reason))
+            };
+            if let Some(c) = &self.collective {
+                stop = agree_on_stop(c.as_ref(), stop)?;
             }
-            if let Some(reason) = schedule.budget_spent(&self.counters) {
+            if let Some((_, reason)) = stop {
                 break reason;
             }
             let temperature = config.temperature_at(schedule.progress(&self.counters)) as f32;
@@ -315,7 +349,13 @@ impl<'a> TrainingRun<'a> {
             self.counters.env_steps += step.env_steps as u64;
             self.record_step(step, temperature, sink)?;
 
-            let due = schedule.after_actor_step(&self.counters, self.replay.num_transitions());
+            let mut due = schedule.after_actor_step(&self.counters, self.replay.num_transitions());
+            if let Some(c) = &self.collective {
+                // Every rank takes as many steps as the rank that owes the fewest.
+                let mut agreed = [due as i64];
+                c.min_i64(&mut agreed)?;
+                due = agreed[0].max(0) as u64;
+            }
             for _ in 0..due {
                 let clock = Instant::now();
                 self.train_once(sink)?;
@@ -337,10 +377,13 @@ impl<'a> TrainingRun<'a> {
                 )?;
             }
 
-            if schedule.eval_due(self.counters.env_steps) {
+            if schedule.eval_due(self.counters.env_steps) && self.rank() == 0 {
                 let elapsed = elapsed_before + segment_start.elapsed().as_secs_f64();
                 if let Some(reason) = self.evaluate(elapsed, sink)? {
-                    break reason;
+                    if self.collective.is_none() {
+                        break reason;
+                    }
+                    evaluation_stop = Some(reason);
                 }
             }
 
@@ -386,7 +429,24 @@ impl<'a> TrainingRun<'a> {
             }
         };
         self.counters.elapsed_seconds = elapsed_before + segment_start.elapsed().as_secs_f64();
+        if let Some(c) = &self.collective {
+            let difference = self.learner.max_difference_from_rank_0()?;
+            if difference != 0.0 {
+                return Err(TrainError::RanksDiverged(difference));
+            }
+            sink.log(&format!(
+                "{} ranks hold identical parameters after {} training steps ({} environment steps in all)",
+                c.size(),
+                self.counters.training_steps,
+                self.counters.env_steps * c.size() as u64
+            ));
+        }
         Ok(reason)
+    }
+
+    /// This process's rank (0 when training alone).
+    fn rank(&self) -> usize {
+        self.collective.as_ref().map_or(0, |c| c.rank())
     }
 
     /// Store an actor step's finished games and report its episodes and search statistics.
@@ -475,9 +535,10 @@ impl<'a> TrainingRun<'a> {
     }
 
     fn train_once(&mut self, sink: &mut dyn MetricSink) -> Result<()> {
+        let ranks = self.collective.as_ref().map_or(1, |c| c.size());
         let mut batch = self
             .replay
-            .sample(self.config.training.batch_size, &mut self.sampler)?;
+            .sample(self.config.training.batch_size / ranks, &mut self.sampler)?;
         let t = &self.config.training;
         if t.reanalyse_fraction > 0.0 {
             let mut search = components::search_config(self.config, &self.env);
@@ -519,6 +580,57 @@ impl<'a> TrainingRun<'a> {
         self.last_stats = Some(stats);
         Ok(())
     }
+}
+
+/// Why the ranks stop, in increasing precedence when they disagree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum StopKind {
+    Budget = 1,
+    Evaluation = 2,
+    Interrupted = 3,
+}
+
+impl StopKind {
+    fn from_code(code: i64) -> Option<Self> {
+        match code {
+            1 => Some(Self::Budget),
+            2 => Some(Self::Evaluation),
+            3 => Some(Self::Interrupted),
+            _ => None,
+        }
+    }
+}
+
+/// The stop every rank agrees on: the most pressing of the ranks' reasons (this rank's own
+/// words when it had that reason, a description of another rank's otherwise).
+fn agree_on_stop(
+    collective: &dyn Collective,
+    mine: Option<(StopKind, String)>,
+) -> Result<Option<(StopKind, String)>> {
+    let mut code = [mine.as_ref().map_or(0, |(kind, _)| *kind as i64)];
+    collective.max_i64(&mut code)?;
+    let Some(kind) = StopKind::from_code(code[0]) else {
+        return Ok(None);
+    };
+    Ok(Some(match mine {
+        Some((k, reason)) if k == kind => (k, reason),
+        _ => (
+            kind,
+            match kind {
+                StopKind::Budget => "another rank spent its budget",
+                StopKind::Evaluation => "rank 0's evaluation reached stop_return",
+                StopKind::Interrupted => "another rank was interrupted",
+            }
+            .to_string(),
+        ),
+    }))
+}
+
+/// The seed of a rank's own random streams (self-play, sampling): `seed` itself on rank 0 and
+/// when training alone, so a one-process run is unchanged.
+fn rank_seed(seed: u64, collective: Option<&dyn Collective>) -> u64 {
+    let rank = collective.map_or(0, |c| c.rank()) as u64;
+    seed.wrapping_add(rank.wrapping_mul(0x9e37_79b9_7f4a_7c15))
 }
 
 /// Where experience comes from: an actor stepped in turn with the learner (deterministic), or

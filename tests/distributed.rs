@@ -1,0 +1,155 @@
+//! The training loop over several ranks, with threads standing in for processes
+//! (`cumind::distributed::ThreadWorld`): the ranks agree on every training step and on when to
+//! stop, and end with identical parameters. The same loop over MPI processes is tested in
+//! `tests/mpi.rs` (feature `mpi`).
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use candle_core::Device;
+use cumind::config::{Config, ConfigSources};
+use cumind::distributed::{Collective, ThreadWorld};
+use cumind::metrics::MemorySink;
+use cumind::trainer::{train, RunOptions, RunSummary};
+
+fn catch_config(extra: &[&str]) -> Config {
+    Config::load(&ConfigSources {
+        files: vec![PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("agents/catch.json")],
+        text: None,
+        env_vars: Vec::new(),
+        sets: extra.iter().map(|s| s.to_string()).collect(),
+    })
+    .unwrap()
+}
+
+/// Train `config` on `ranks` threads; `interrupt(rank)` says which ranks start with their stop
+/// flag set. Returns each rank's summary (or error text) and log lines, in rank order.
+fn train_ranks(
+    config: &Config,
+    ranks: usize,
+    interrupt: fn(usize) -> bool,
+) -> Vec<(Result<RunSummary, String>, Vec<String>)> {
+    let handles: Vec<_> = ThreadWorld::group(ranks)
+        .into_iter()
+        .map(|world| {
+            let config = config.clone();
+            std::thread::spawn(move || {
+                let rank = world.rank();
+                let options = RunOptions {
+                    no_checkpoints: true,
+                    stop: Arc::new(AtomicBool::new(interrupt(rank))),
+                    collective: Some(Arc::new(world)),
+                    ..Default::default()
+                };
+                let mut sink = MemorySink::default();
+                let result = train(&config, &[Device::Cpu], &options, &mut sink)
+                    .map_err(|e| cumind::error_chain::error_chain(&e));
+                (result, sink.lines)
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+fn weights(summary: &RunSummary) -> Vec<f32> {
+    summary
+        .network
+        .params()
+        .named()
+        .flat_map(|(_, v)| {
+            v.as_tensor()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn two_ranks_train_in_step_and_end_identical() {
+    let config = catch_config(&["training.max_env_steps=640", "training.eval_interval=0"]);
+    let results = train_ranks(&config, 2, |_| false);
+    let (a, a_log) = &results[0];
+    let (b, _) = &results[1];
+    let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
+    assert!(a.counters.training_steps > 0);
+    assert_eq!(a.counters.training_steps, b.counters.training_steps);
+    assert_eq!(a.counters.env_steps, b.counters.env_steps);
+    assert_eq!(weights(a), weights(b), "the ranks diverged");
+    // Different self-play on each rank: the seeds are offset by the rank.
+    assert_ne!(a.counters.episodes, 0);
+    assert!(
+        a_log
+            .iter()
+            .any(|l| l.contains("2 ranks hold identical parameters")),
+        "{a_log:?}"
+    );
+    // And the rank's shard is half the batch: one rank alone trains differently.
+    let alone = train(
+        &config,
+        &[Device::Cpu],
+        &RunOptions {
+            no_checkpoints: true,
+            ..Default::default()
+        },
+        &mut MemorySink::default(),
+    )
+    .unwrap();
+    assert_ne!(weights(&alone), weights(a));
+}
+
+#[test]
+fn rank_0s_evaluation_stops_every_rank_at_the_same_step() {
+    // A stop_return every evaluation reaches: rank 0 stops the run at its first evaluation.
+    let config = catch_config(&[
+        "training.max_env_steps=4000",
+        "training.eval_interval=320",
+        "training.eval_episodes=2",
+        "training.stop_return=-1",
+    ]);
+    let results = train_ranks(&config, 2, |_| false);
+    let a = results[0].0.as_ref().unwrap();
+    let b = results[1].0.as_ref().unwrap();
+    assert!(
+        a.stop_reason.contains("reached stop_return"),
+        "{}",
+        a.stop_reason
+    );
+    assert_eq!(b.stop_reason, "rank 0's evaluation reached stop_return");
+    assert_eq!(a.counters.env_steps, b.counters.env_steps);
+    assert!(a.counters.env_steps < 4000);
+    assert!(
+        a.last_eval.is_some() && b.last_eval.is_none(),
+        "only rank 0 evaluates"
+    );
+}
+
+#[test]
+fn an_interrupt_on_one_rank_stops_them_all() {
+    let config = catch_config(&["training.max_env_steps=4000", "training.batch_size=63"]);
+    let results = train_ranks(&config, 3, |rank| rank == 2);
+    for (rank, (result, _)) in results.iter().enumerate() {
+        let summary = result.as_ref().unwrap();
+        assert_eq!(summary.counters.env_steps, 0, "rank {rank} went on");
+        let want = if rank == 2 {
+            "interrupted"
+        } else {
+            "another rank was interrupted"
+        };
+        assert_eq!(summary.stop_reason, want, "rank {rank}");
+    }
+}
+
+#[test]
+fn a_batch_that_does_not_split_over_the_ranks_is_refused_on_every_rank() {
+    let config = catch_config(&["training.batch_size=63"]);
+    for (rank, (result, _)) in train_ranks(&config, 2, |_| false).iter().enumerate() {
+        let err = result.as_ref().err().expect("refused");
+        assert!(
+            err.contains("batch_size = 63") && err.contains("2 ranks"),
+            "rank {rank}: {err}"
+        );
+    }
+}
