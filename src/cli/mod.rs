@@ -116,13 +116,15 @@ fn join_mpi(args: &TrainArgs) -> Result<Option<Arc<dyn Collective>>> {
     ))
     .context("cannot start MPI")?;
     if world.rank() != 0 || world.size() > 1 {
-        eprintln!(
-            "rank {} of {} on {} (pid {})",
+        // One write, so the ranks' lines do not interleave.
+        let line = format!(
+            "rank {} of {} on {} (pid {})\n",
             world.rank(),
             world.size(),
             world.host(),
             std::process::id()
         );
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
     }
     // The world is used only from this (the main) thread; the trainer and its learner share it.
     #[allow(clippy::arc_with_non_send_sync)]

@@ -2,6 +2,7 @@
 //! right answer is known, tiny network specs and random games. Not part of the stable API.
 
 pub mod games;
+pub mod learner;
 pub mod models;
 pub mod specs;
 pub mod take_away;

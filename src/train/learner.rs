@@ -510,85 +510,11 @@ fn average_gradients(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replay::{GameHistory, ReplayBuffer, ReplayConfig};
-    use crate::train::optimizer::{AdamWConfig, LrSchedule};
+    use crate::replay::GameHistory;
     use candle_core::DType;
     use rand::{Rng, SeedableRng};
 
-    fn config(value_target: ValueTarget) -> LearnerConfig {
-        LearnerConfig {
-            optimizer: AdamWConfig {
-                learning_rate: 1e-3,
-                beta1: 0.9,
-                beta2: 0.999,
-                eps: 1e-8,
-                weight_decay: 1e-4,
-                max_grad_norm: 5.0,
-            },
-            schedule: LrSchedule {
-                peak: 1e-3,
-                warmup_steps: 2,
-                total_steps: 100,
-                final_fraction: 0.1,
-            },
-            value_loss_weight: 0.25,
-            consistency_loss_weight: 0.0,
-            target_update_frequency: 3,
-            value_target,
-        }
-    }
-
-    fn network() -> MuZeroNetwork {
-        let spec = crate::testing::specs::tiny_spec(vec![4], 2);
-        MuZeroNetwork::new(spec, 11, &Device::Cpu, DType::F32).unwrap()
-    }
-
-    fn replay() -> ReplayBuffer {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
-        let mut replay = ReplayBuffer::new(ReplayConfig {
-            capacity: 1000,
-            num_unroll_steps: 3,
-            td_steps: 3,
-            discount: 0.97,
-            per_alpha: 1.0,
-            per_beta: 1.0,
-            per_epsilon: 1e-3,
-            two_player: false,
-            max_bytes: 0,
-            td_age_transitions: 0,
-            symmetries: Vec::new(),
-        });
-        for _ in 0..5 {
-            let mut game = GameHistory::new(4, 2, &[0.1, 0.2, 0.3, 0.4], 0);
-            for _ in 0..12 {
-                let next: Vec<f32> = (0..4).map(|_| rng.random_range(-1.0..1.0)).collect();
-                game.push(
-                    rng.random_range(0..2),
-                    1.0,
-                    rng.random_range(0.0..5.0),
-                    &[0.4, 0.6],
-                    &next,
-                    0,
-                );
-            }
-            game.finish(false, 2.0);
-            replay.save_game(game).unwrap();
-        }
-        replay
-    }
-
-    fn weights(net: &MuZeroNetwork) -> Vec<f32> {
-        net.params()
-            .named()
-            .flat_map(|(_, v)| {
-                v.as_tensor()
-                    .flatten_all()
-                    .unwrap()
-                    .to_vec1::<f32>()
-                    .unwrap()
-            })
-            .collect()
-    }
+    use crate::testing::learner::{config, network, replay, weights};
 
     fn train(replicas: usize, steps: usize) -> Learner {
         let mut learner = Learner::with_devices(

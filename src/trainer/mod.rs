@@ -289,6 +289,7 @@ impl<'a> TrainingRun<'a> {
         let search = components::search_config(config, &self.env);
         let segment_start = Instant::now();
         let elapsed_before = self.counters.elapsed_seconds;
+        let env_steps_before = self.counters.env_steps;
         let mut schedule = Schedule::new(config, &self.counters, self.replay.num_transitions());
         let seed = rank_seed(config.other.seed, self.collective.as_deref())
             .wrapping_add(self.counters.env_steps.wrapping_mul(7919));
@@ -434,11 +435,15 @@ impl<'a> TrainingRun<'a> {
             if difference != 0.0 {
                 return Err(TrainError::RanksDiverged(difference));
             }
+            // Every rank takes the same number of environment steps per iteration.
+            let this_session = self.counters.env_steps - env_steps_before;
             sink.log(&format!(
-                "{} ranks hold identical parameters after {} training steps ({} environment steps in all)",
+                "{} ranks hold identical parameters after {} training steps ({} environment \
+                 steps per rank, {} over all ranks, in this session)",
                 c.size(),
                 self.counters.training_steps,
-                self.counters.env_steps * c.size() as u64
+                this_session,
+                this_session * c.size() as u64
             ));
         }
         Ok(reason)

@@ -1,0 +1,348 @@
+//! Training over real MPI processes (feature `mpi`; needs Open MPI's `mpirun`): ranks that end
+//! bit-identical, a learner whose two ranks match one process on the global batch, a killed
+//! rank that stops the run with an error naming it, and a resume with a different number of
+//! ranks. The same loop with threads for ranks is tested in `tests/distributed.rs`.
+//!
+//! `.ci/run` installs Open MPI and runs `cargo test --release --features mpi --test mpi`.
+#![cfg(feature = "mpi")]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const CUMIND: &str = env!("CARGO_BIN_EXE_cumind");
+
+/// `mpirun -np <ranks> <program> <args>` on this machine: allowed as root, more ranks than
+/// cores allowed, ranks not pinned to one core each.
+fn mpirun(ranks: usize, program: &str, args: &[&str]) -> Command {
+    mpirun_exporting(ranks, &[], program, args)
+}
+
+/// [`mpirun`], with the environment variables `exported` passed on to every rank.
+fn mpirun_exporting(ranks: usize, exported: &[&str], program: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new("mpirun");
+    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .args(["-np", &ranks.to_string(), "--oversubscribe"])
+        .args(["--bind-to", "none"]);
+    for name in exported {
+        cmd.args(["-x", name]);
+    }
+    cmd.arg(program).args(args);
+    cmd
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `cumind train` arguments for Catch, with every file under `dir`.
+fn catch_args(dir: &Path, max_env_steps: u64) -> Vec<String> {
+    vec![
+        "train".into(),
+        "--config".into(),
+        concat!(env!("CARGO_MANIFEST_DIR"), "/agents/catch.json").into(),
+        "--set".into(),
+        format!("training.max_env_steps={max_env_steps}"),
+        "--set".into(),
+        format!(
+            "training.checkpoint_root_dir={}",
+            dir.join("ckpt").display()
+        ),
+        "--set".into(),
+        format!("other.log_dir={}", dir.join("runs").display()),
+        "--no-progress".into(),
+        "--distributed".into(),
+        "mpi".into(),
+    ]
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn two_ranks_train_catch_and_end_with_identical_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = catch_args(dir.path(), 2000);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = mpirun(2, CUMIND, &args).output().unwrap();
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    assert!(all.contains("rank 1 of 2 on "), "{all}");
+    assert!(all.contains("on cpu x 2 MPI ranks"), "{all}");
+    assert!(
+        all.contains("2 ranks hold identical parameters after"),
+        "{all}"
+    );
+    assert!(
+        all.contains("2000 environment steps per rank, 4000 over all ranks"),
+        "{all}"
+    );
+    // Rank 0 alone writes: one run directory of checkpoints and one of logs.
+    assert_eq!(entries(&dir.path().join("ckpt")).len(), 1, "{all}");
+    assert_eq!(entries(&dir.path().join("runs")).len(), 1, "{all}");
+}
+
+/// The rank body of the next test, run by it under mpirun in a copy of this test binary.
+const RANK_BODY: &str = "CUMIND_MPI_TEST_RANK_BODY";
+
+/// Under mpirun (`RANK_BODY` set), each rank trains the shared tiny learner on its half of
+/// every batch, averaging gradients over MPI, and checks that it ends with exactly rank 0's
+/// parameters and within 1e-4 of one process trained on the whole batches; launched without
+/// `RANK_BODY`, the test starts two ranks of itself and checks that both passed.
+#[test]
+fn under_mpi_two_ranks_match_one_learner_on_the_global_batch() {
+    use cumind::distributed::Collective;
+    use cumind::testing::learner::{config, network, replay, weights};
+    use cumind::train::{Learner, ValueTarget};
+    use rand::SeedableRng;
+
+    if std::env::var_os(RANK_BODY).is_none() {
+        let me = std::env::current_exe().unwrap();
+        let out = mpirun_exporting(
+            2,
+            &[RANK_BODY],
+            me.to_str().unwrap(),
+            &[
+                "--exact",
+                "under_mpi_two_ranks_match_one_learner_on_the_global_batch",
+                "--nocapture",
+                "--test-threads=1",
+            ],
+        )
+        .env(RANK_BODY, "1")
+        .output()
+        .unwrap();
+        let all = text(&out);
+        assert!(out.status.success(), "{all}");
+        for rank in 0..2 {
+            assert!(
+                all.contains(&format!("rank {rank} of 2: parameters match")),
+                "{all}"
+            );
+        }
+        return;
+    }
+
+    let steps = 6;
+    let world =
+        cumind::distributed::mpi::MpiWorld::init(Duration::from_secs(120)).expect("MPI starts");
+    let (rank, size) = (world.rank(), world.size());
+    assert_eq!(size, 2);
+    let train = |learner: &mut Learner, shard: Option<usize>| {
+        let replay = replay();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        for _ in 0..steps {
+            let batch = replay.sample(12, &mut rng).unwrap();
+            match shard {
+                Some(rank) => learner.train_step(&batch.split(2).unwrap().swap_remove(rank)),
+                None => learner.train_step(&batch),
+            }
+            .unwrap();
+        }
+    };
+    let mut alone = Learner::new(network(), config(ValueTarget::TargetNetwork)).unwrap();
+    train(&mut alone, None);
+    // Rank 1 starts from other weights: joining the group gives it rank 0's.
+    let start = if rank == 0 {
+        network()
+    } else {
+        let spec = cumind::testing::specs::tiny_spec(vec![4], 2);
+        cumind::network::MuZeroNetwork::new(
+            spec,
+            99,
+            &candle_core::Device::Cpu,
+            candle_core::DType::F32,
+        )
+        .unwrap()
+    };
+    let mut learner = Learner::new(start, config(ValueTarget::TargetNetwork)).unwrap();
+    // MPI is called from this thread only.
+    #[allow(clippy::arc_with_non_send_sync)]
+    let world = std::sync::Arc::new(world);
+    learner.set_collective(world).unwrap();
+    train(&mut learner, Some(rank));
+    let difference = learner.max_difference_from_rank_0().unwrap();
+    assert_eq!(difference, 0.0, "rank {rank} differs from rank 0");
+    let worst = weights(learner.network())
+        .iter()
+        .zip(&weights(alone.network()))
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(
+        worst < 1e-4,
+        "rank {rank} differs from one learner by {worst}"
+    );
+    println!(
+        "rank {rank} of {size}: parameters match (largest difference from one process {worst:e})"
+    );
+}
+
+/// Lines of `child`'s stderr and stdout, as they come.
+fn lines_of(child: &mut std::process::Child) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    let err = BufReader::new(child.stderr.take().unwrap());
+    let out = BufReader::new(child.stdout.take().unwrap());
+    for reader in [Box::new(err) as Box<dyn BufRead + Send>, Box::new(out)] {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in reader.lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    rx
+}
+
+/// A 2-rank Catch run with a budget it will not reach, stopped by `signal` (`kill -SIGNAL`)
+/// to rank 1 once rank 0 has written a checkpoint. Returns whether mpirun succeeded, all the
+/// lines printed, and how many of them came before the signal.
+fn signal_rank_1(dir: &Path, signal: &str, extra: &[&str]) -> (bool, Vec<String>, usize) {
+    let args = catch_args(dir, 10_000_000);
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    args.extend_from_slice(extra);
+    let mut child = mpirun(2, CUMIND, &args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(&mut child);
+    let mut seen = Vec::new();
+    let mut pid: Option<u32> = None;
+    let started = Instant::now();
+    // Wait for rank 1's pid and for a first checkpoint (every 500 training steps).
+    let ckpt_root = dir.join("ckpt");
+    while pid.is_none() || !ckpt_has_step(&ckpt_root) {
+        if started.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!(
+                "no rank 1 or no checkpoint after 120 s:\n{}",
+                seen.join("\n")
+            );
+        }
+        if let Ok(line) = lines.recv_timeout(Duration::from_millis(200)) {
+            if let Some(rest) = line.strip_prefix("rank 1 of 2 on ") {
+                let n = rest.rsplit("(pid ").next().unwrap().trim_end_matches(')');
+                pid = Some(n.parse().unwrap());
+            }
+            seen.push(line);
+        }
+    }
+    let pid = pid.unwrap().to_string();
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), &pid])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let signalled_at = Instant::now();
+    let before = seen.len();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if signalled_at.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
+            panic!("the run did not stop within 60 s of SIG{signal} to rank 1");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // A stopped rank that mpirun failed to end must not outlive the test.
+    let _ = Command::new("kill").args(["-KILL", &pid]).status();
+    // Give the reader threads the last lines.
+    while let Ok(line) = lines.recv_timeout(Duration::from_millis(500)) {
+        seen.push(line);
+    }
+    (status.success(), seen, before)
+}
+
+#[test]
+fn a_stalled_rank_makes_the_others_stop_after_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, seen, before) = signal_rank_1(dir.path(), "STOP", &["--distributed-timeout", "3"]);
+    let all = seen.join("\n");
+    assert!(!ok, "{all}");
+    assert!(
+        seen[before..]
+            .iter()
+            .any(|l| l.contains("rank 0 of 2 waited") && l.contains("timeout 3 s")),
+        "rank 0 reports the stall:\n{all}"
+    );
+}
+
+#[test]
+fn a_killed_rank_stops_the_run_with_its_name_and_the_run_resumes_on_four_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, seen, before) = signal_rank_1(dir.path(), "KILL", &[]);
+    let all = seen.join("\n");
+    assert!(!ok, "{all}");
+    assert!(
+        seen[before..].join("\n").contains("process rank 1 "),
+        "mpirun names the lost rank:\n{all}"
+    );
+    let ckpt_root = dir.path().join("ckpt");
+
+    // Resume the run's last checkpoint on four ranks, for 300 more training steps.
+    let run = entries(&ckpt_root).pop().unwrap();
+    let run_dir = ckpt_root.join(&run);
+    let resumed_from: u64 = step_dirs(&run_dir).last().unwrap().parse().unwrap();
+    let out = mpirun(
+        4,
+        CUMIND,
+        &[
+            "train",
+            "--resume",
+            run_dir.to_str().unwrap(),
+            "--set",
+            "training.max_env_steps=0",
+            "--set",
+            &format!("training.max_training_steps={}", resumed_from + 300),
+            "--no-progress",
+            "--distributed",
+            "mpi",
+        ],
+    )
+    .output()
+    .unwrap();
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    assert!(all.contains("on cpu x 4 MPI ranks"), "{all}");
+    assert!(
+        all.contains("4 ranks hold identical parameters after"),
+        "{all}"
+    );
+    let last: u64 = step_dirs(&run_dir).last().unwrap().parse().unwrap();
+    assert!(
+        last >= resumed_from + 300,
+        "resumed at training step {resumed_from}, last checkpoint at {last}:\n{all}"
+    );
+}
+
+fn step_dirs(run_dir: &Path) -> Vec<String> {
+    let mut steps: Vec<String> = entries(run_dir)
+        .into_iter()
+        .filter_map(|n| n.strip_prefix("step-").map(str::to_string))
+        .collect();
+    steps.sort();
+    steps
+}
+
+fn ckpt_has_step(root: &Path) -> bool {
+    entries(root)
+        .iter()
+        .any(|run| !step_dirs(&root.join(run)).is_empty())
+}
