@@ -185,9 +185,16 @@ pub struct Learner {
     /// NCCL communicators when every replica is on its own GPU (feature `nccl`).
     #[cfg(feature = "nccl")]
     reducer: Option<super::nccl::NcclReducer>,
+    /// The NCCL communicators span the GPUs of every rank, so their average is already the
+    /// average over the ranks (feature `nccl`, every rank on GPUs).
+    #[cfg(feature = "nccl")]
+    nccl_spans_ranks: bool,
     /// The other processes' learners, when training over several ranks: gradients are
     /// averaged with theirs after the in-process average.
     collective: Option<Arc<dyn Collective>>,
+    /// Seconds spent averaging gradients over the ranks (copies to and from the host, and
+    /// waiting in the all-reduce for the slowest rank).
+    rank_average_seconds: f64,
 }
 
 impl Learner {
@@ -226,8 +233,16 @@ impl Learner {
             } else {
                 None
             },
+            #[cfg(feature = "nccl")]
+            nccl_spans_ranks: false,
             collective: None,
+            rank_average_seconds: 0.0,
         })
+    }
+
+    /// Seconds spent so far averaging gradients over the ranks (0 when training alone).
+    pub fn rank_average_seconds(&self) -> f64 {
+        self.rank_average_seconds
     }
 
     /// Train together with the learners of the other ranks of `collective`: every replica
@@ -236,19 +251,41 @@ impl Learner {
     /// from the same checkpoint). Every rank must call this, and then `train_step` as often.
     pub fn set_collective(&mut self, collective: Arc<dyn Collective>) -> Result<(), NetworkError> {
         if collective.size() > 1 {
-            for replica in &mut self.replicas {
-                for net in [&replica.network, &replica.target] {
-                    for (_, var) in net.params().named() {
-                        let t = var.as_tensor();
-                        let mut flat = t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
-                        collective.broadcast_f32(&mut flat)?;
-                        let from_rank_0 =
-                            Tensor::from_vec(flat, t.shape(), t.device())?.to_dtype(t.dtype())?;
-                        var.set(&from_rank_0)?;
+            // Rank 0's parameters into this rank's first replica (one broadcast per parameter,
+            // the same on every rank whatever its number of replicas), then to the others.
+            let (first, others) = self
+                .replicas
+                .split_first_mut()
+                .expect("one replica at least");
+            for which in [0, 1] {
+                let net = if which == 0 {
+                    &first.network
+                } else {
+                    &first.target
+                };
+                for (_, var) in net.params().named() {
+                    let t = var.as_tensor();
+                    let mut flat = t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+                    collective.broadcast_f32(&mut flat)?;
+                    let from_rank_0 =
+                        Tensor::from_vec(flat, t.shape(), t.device())?.to_dtype(t.dtype())?;
+                    var.set(&from_rank_0)?;
+                }
+            }
+            first.target_changed()?;
+            for replica in others {
+                for (source, dest) in [
+                    (&first.network, &replica.network),
+                    (&first.target, &replica.target),
+                ] {
+                    for ((_, from), (_, to)) in source.params().named().zip(dest.params().named()) {
+                        to.set(&from.as_tensor().to_device(to.device())?)?;
                     }
                 }
                 replica.target_changed()?;
             }
+            #[cfg(feature = "nccl")]
+            self.span_ranks_with_nccl(collective.as_ref())?;
         }
         self.collective = Some(collective);
         Ok(())
@@ -366,8 +403,14 @@ impl Learner {
             Some(grads) => grads,
             None => vec![average_gradients(&results, self.device())?; n],
         };
-        if let Some(collective) = self.collective.as_ref().filter(|c| c.size() > 1) {
+        if let Some(collective) = self
+            .collective
+            .as_ref()
+            .filter(|c| c.size() > 1 && !self.nccl_spans_ranks())
+        {
+            let clock = std::time::Instant::now();
             per_replica = average_over_ranks(collective.as_ref(), &per_replica[0], &self.replicas)?;
+            self.rank_average_seconds += clock.elapsed().as_secs_f64();
         }
         let lr = self.config.schedule.at(self.steps());
         let mut report = None;
@@ -422,6 +465,35 @@ impl Learner {
             }
             None => Ok(None),
         }
+    }
+
+    /// Whether the NCCL communicators already average over the ranks.
+    fn nccl_spans_ranks(&self) -> bool {
+        #[cfg(feature = "nccl")]
+        return self.nccl_spans_ranks;
+        #[cfg(not(feature = "nccl"))]
+        false
+    }
+
+    /// With NCCL and GPUs on every rank: replace the in-process communicators by ones that
+    /// span every rank's GPUs (all ranks decide together; otherwise the ranks average over
+    /// `collective` on the host).
+    #[cfg(feature = "nccl")]
+    fn span_ranks_with_nccl(&mut self, collective: &dyn Collective) -> Result<(), NetworkError> {
+        let devices: Vec<Device> = self
+            .replicas
+            .iter()
+            .map(|r| r.network.device().clone())
+            .collect();
+        let mut all_cuda = [i64::from(devices.iter().all(Device::is_cuda))];
+        collective.min_i64(&mut all_cuda)?;
+        if all_cuda[0] == 1 {
+            self.reducer = Some(super::nccl::NcclReducer::across_ranks(
+                &devices, collective,
+            )?);
+            self.nccl_spans_ranks = true;
+        }
+        Ok(())
     }
 
     #[cfg(not(feature = "nccl"))]
@@ -562,7 +634,7 @@ mod tests {
     /// batches and starting from different parameters, end bit-identical to each other and
     /// within float rounding of one learner on the whole batches.
     #[test]
-    fn ranks_take_rank_0s_parameters_and_match_one_learner_on_the_global_batch() {
+    fn ranks_with_any_number_of_replicas_take_rank_0s_parameters_and_match_one_learner() {
         let steps = 6;
         let single = weights(train(1, steps).network());
         let handles: Vec<_> = crate::distributed::ThreadWorld::group(2)
@@ -577,8 +649,11 @@ mod tests {
                     } else {
                         MuZeroNetwork::new(spec, 99, &Device::Cpu, DType::F32).unwrap()
                     };
+                    // Rank 0 has two replicas, rank 1 one: the ranks need not match.
+                    let devices = vec![Device::Cpu; 2 - rank];
                     let mut learner =
-                        Learner::new(start, config(ValueTarget::TargetNetwork)).unwrap();
+                        Learner::with_devices(start, config(ValueTarget::TargetNetwork), &devices)
+                            .unwrap();
                     learner.set_collective(Arc::new(world)).unwrap();
                     let replay = replay();
                     let mut rng = rand::rngs::StdRng::seed_from_u64(9);

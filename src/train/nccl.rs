@@ -5,11 +5,17 @@
 //! replicas are issued from one thread between `ncclGroupStart` and `ncclGroupEnd`, as NCCL
 //! requires when one thread drives several devices.
 //!
+//! Over several ranks (processes, e.g. MPI) whose replicas are all on GPUs, one communicator
+//! spans every GPU of every rank ([`NcclReducer::across_ranks`]: rank 0's NCCL unique id is
+//! broadcast over the ranks' own [`Collective`], then `ncclCommInitRank` per GPU), so one
+//! NCCL all-reduce averages over all replicas of all ranks.
+//!
 //! Compiled in CI on a machine without a GPU; not yet run on GPUs.
 
-use candle_core::cuda_backend::cudarc::nccl::{result as nccl_result, Comm, ReduceOp};
+use candle_core::cuda_backend::cudarc::nccl::{result as nccl_result, Comm, Id, ReduceOp};
 use candle_core::{CpuStorage, CudaStorage, Device, Layout, Shape, Tensor};
 
+use crate::distributed::Collective;
 use crate::network::NetworkError;
 
 fn nccl_error(what: &str, err: impl std::fmt::Debug) -> NetworkError {
@@ -65,6 +71,70 @@ impl NcclReducer {
             .map(|d| Ok(d.as_cuda_device()?.cuda_stream()))
             .collect::<Result<Vec<_>, candle_core::Error>>()?;
         let comms = Comm::from_devices(streams).map_err(|e| nccl_error("communicator setup", e))?;
+        Ok(Self { comms })
+    }
+
+    /// Communicators spanning the GPUs of every rank of `collective`: GPU `d` of rank `r` is
+    /// NCCL rank `r * devices.len() + d`. Every rank must call this, with as many CUDA
+    /// devices as the others.
+    pub fn across_ranks(
+        devices: &[Device],
+        collective: &dyn Collective,
+    ) -> Result<Self, NetworkError> {
+        let local = devices.len() as i64;
+        let (mut fewest, mut most) = ([local], [local]);
+        collective.min_i64(&mut fewest)?;
+        collective.max_i64(&mut most)?;
+        if fewest[0] != most[0] {
+            return Err(nccl_error(
+                "set-up across ranks",
+                format!(
+                    "every rank must drive as many GPUs; they drive between {} and {}",
+                    fewest[0], most[0]
+                ),
+            ));
+        }
+        let streams = devices
+            .iter()
+            .map(|d| Ok(d.as_cuda_device()?.cuda_stream()))
+            .collect::<Result<Vec<_>, candle_core::Error>>()?;
+        // Rank 0's unique id, sent as one f32 per byte (exact).
+        let mut id_bytes = [0f32; 128];
+        if collective.rank() == 0 {
+            let id = Id::new().map_err(|e| nccl_error("unique id", e))?;
+            for (out, byte) in id_bytes.iter_mut().zip(id.internal()) {
+                *out = f32::from(*byte as u8);
+            }
+        }
+        collective.broadcast_f32(&mut id_bytes)?;
+        let internal: [std::ffi::c_char; 128] =
+            std::array::from_fn(|i| id_bytes[i] as u8 as std::ffi::c_char);
+        let world = collective.size() * devices.len();
+        let first = collective.rank() * devices.len();
+        nccl_result::group_start().map_err(|e| nccl_error("group start", e))?;
+        let mut comms = Vec::with_capacity(streams.len());
+        let mut failure = None;
+        for (d, stream) in streams.into_iter().enumerate() {
+            // ncclCommInitRank sets up the communicator on the thread's current device.
+            let made = stream
+                .context()
+                .bind_to_thread()
+                .map_err(|e| nccl_error("binding the device", e))
+                .and_then(|()| {
+                    Comm::from_rank(stream, first + d, world, Id::uninit(internal))
+                        .map_err(|e| nccl_error("communicator set-up (ncclCommInitRank)", e))
+                });
+            match made {
+                Ok(comm) => comms.push(comm),
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        nccl_result::group_end().map_err(|e| nccl_error("group end", e))?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
         Ok(Self { comms })
     }
 

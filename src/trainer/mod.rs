@@ -118,6 +118,9 @@ pub struct Timing {
     pub checkpoints: f64,
     /// The last checkpoint save alone.
     pub last_save: f64,
+    /// Over several ranks: the part of `training` spent averaging gradients over the ranks
+    /// (host copies and the all-reduce, including waits for the slowest rank).
+    pub rank_average: f64,
 }
 
 /// Train with `config` on `devices` (one model replica per device; at least one); scalars go
@@ -290,6 +293,7 @@ impl<'a> TrainingRun<'a> {
         let segment_start = Instant::now();
         let elapsed_before = self.counters.elapsed_seconds;
         let env_steps_before = self.counters.env_steps;
+        let training_steps_before = self.counters.training_steps;
         let mut schedule = Schedule::new(config, &self.counters, self.replay.num_transitions());
         let seed = rank_seed(config.other.seed, self.collective.as_deref())
             .wrapping_add(self.counters.env_steps.wrapping_mul(7919));
@@ -444,6 +448,15 @@ impl<'a> TrainingRun<'a> {
                 self.counters.training_steps,
                 this_session,
                 this_session * c.size() as u64
+            ));
+            self.timing.rank_average = self.learner.rank_average_seconds();
+            let steps = (self.counters.training_steps - training_steps_before).max(1) as f64;
+            sink.log(&format!(
+                "rank {}: averaging gradients over the ranks took {:.2} ms of the {:.2} ms per \
+                 training step",
+                c.rank(),
+                1e3 * self.timing.rank_average / steps,
+                1e3 * self.timing.training / steps
             ));
         }
         Ok(reason)
