@@ -3,7 +3,7 @@
 //! `cumind --version` prints [`version_line`], so a script can tell a CPU build from a CUDA one
 //! before it looks for a GPU (scripts/benchmark_gpu.sh does).
 
-/// The optional features compiled into this build, in a fixed order: `cuda`, `nccl`.
+/// The optional features compiled into this build, in a fixed order: `cuda`, `nccl`, `mpi`.
 pub fn features() -> Vec<&'static str> {
     let mut out = Vec::new();
     if cfg!(feature = "cuda") {
@@ -11,6 +11,9 @@ pub fn features() -> Vec<&'static str> {
     }
     if cfg!(feature = "nccl") {
         out.push("nccl");
+    }
+    if cfg!(feature = "mpi") {
+        out.push("mpi");
     }
     out
 }
@@ -34,5 +37,6 @@ mod tests {
         assert!(line.starts_with(env!("CARGO_PKG_VERSION")), "{line}");
         assert_eq!(line.contains("cuda"), cfg!(feature = "cuda"), "{line}");
         assert_eq!(line.contains("nccl"), cfg!(feature = "nccl"), "{line}");
+        assert_eq!(line.contains("mpi"), cfg!(feature = "mpi"), "{line}");
     }
 }

@@ -227,6 +227,12 @@ fn signal_rank_1(dir: &Path, signal: &str, extra: &[&str]) -> (bool, Vec<String>
     // Wait for rank 1's pid and for a first checkpoint (every 500 training steps).
     let ckpt_root = dir.join("ckpt");
     while pid.is_none() || !ckpt_has_step(&ckpt_root) {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!(
+                "the run ended ({status}) before rank 1 was signalled:\n{}",
+                seen.join("\n")
+            );
+        }
         if started.elapsed() > Duration::from_secs(120) {
             let _ = child.kill();
             panic!(
@@ -235,9 +241,14 @@ fn signal_rank_1(dir: &Path, signal: &str, extra: &[&str]) -> (bool, Vec<String>
             );
         }
         if let Ok(line) = lines.recv_timeout(Duration::from_millis(200)) {
-            if let Some(rest) = line.strip_prefix("rank 1 of 2 on ") {
-                let n = rest.rsplit("(pid ").next().unwrap().trim_end_matches(')');
-                pid = Some(n.parse().unwrap());
+            // Searched anywhere in the line: another rank's output may share it.
+            if let Some(at) = line.find("rank 1 of 2 on ") {
+                let rest = &line[at..];
+                let digits: String = rest[rest.find("(pid ").unwrap() + 5..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect();
+                pid = Some(digits.parse().unwrap());
             }
             seen.push(line);
         }
@@ -262,7 +273,10 @@ fn signal_rank_1(dir: &Path, signal: &str, extra: &[&str]) -> (bool, Vec<String>
         std::thread::sleep(Duration::from_millis(100));
     };
     // A stopped rank that mpirun failed to end must not outlive the test.
-    let _ = Command::new("kill").args(["-KILL", &pid]).status();
+    let _ = Command::new("kill")
+        .args(["-KILL", &pid])
+        .stderr(Stdio::null())
+        .status();
     // Give the reader threads the last lines.
     while let Ok(line) = lines.recv_timeout(Duration::from_millis(500)) {
         seen.push(line);
@@ -273,13 +287,13 @@ fn signal_rank_1(dir: &Path, signal: &str, extra: &[&str]) -> (bool, Vec<String>
 #[test]
 fn a_stalled_rank_makes_the_others_stop_after_the_timeout() {
     let dir = tempfile::tempdir().unwrap();
-    let (ok, seen, before) = signal_rank_1(dir.path(), "STOP", &["--distributed-timeout", "3"]);
+    let (ok, seen, before) = signal_rank_1(dir.path(), "STOP", &["--distributed-timeout", "10"]);
     let all = seen.join("\n");
     assert!(!ok, "{all}");
     assert!(
         seen[before..]
             .iter()
-            .any(|l| l.contains("rank 0 of 2 waited") && l.contains("timeout 3 s")),
+            .any(|l| l.contains("rank 0 of 2 waited") && l.contains("timeout 10 s")),
         "rank 0 reports the stall:\n{all}"
     );
 }

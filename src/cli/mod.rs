@@ -140,6 +140,22 @@ fn join_mpi(_args: &TrainArgs) -> Result<Option<Arc<dyn Collective>>> {
     )
 }
 
+/// The first device of this rank: ranks on one machine take consecutive blocks of
+/// `count` GPUs (local rank `l` starts at `cuda:(N + l * count)` for `--device cuda:N`); on
+/// the CPU, and without ranks, `kind` itself.
+fn first_device_of_rank(kind: DeviceKind, count: usize, distributed: Distributed) -> DeviceKind {
+    match kind {
+        DeviceKind::Cuda(first) if distributed != Distributed::None => {
+            let local_rank = std::env::var("OMPI_COMM_WORLD_LOCAL_RANK")
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(0);
+            DeviceKind::Cuda(first + local_rank * count.max(1))
+        }
+        other => other,
+    }
+}
+
 /// The ranks of this machine under mpirun (1 otherwise), for the default thread count.
 fn local_ranks(distributed: Distributed) -> usize {
     if distributed == Distributed::None {
@@ -235,7 +251,12 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
         warn_ignored_keys(&config, &explicit_keys(config_args)?)?;
     }
     set_thread_count(&config, local_ranks(args.distributed));
-    let devices = open_devices(config.device.device_type, config.device.num_devices)?;
+    let first = first_device_of_rank(
+        config.device.device_type,
+        config.device.num_devices,
+        args.distributed,
+    );
+    let devices = open_devices(first, config.device.num_devices)?;
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
