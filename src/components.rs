@@ -98,6 +98,18 @@ pub fn replay_config(config: &Config, env: &EnvInfo) -> ReplayConfig {
     }
 }
 
+/// Transitions a cut segment is padded with: `num_unroll_steps + td_steps`, enough for the
+/// targets of every position before the cut (0 with `self_play.pad_segments` off, or
+/// without segments).
+pub fn segment_padding(config: &Config) -> usize {
+    let sp = &config.self_play;
+    if sp.pad_segments && sp.game_segment_length > 0 {
+        sp.num_unroll_steps + sp.td_steps
+    } else {
+        0
+    }
+}
+
 /// The learner configuration; `total_steps` is the expected length of the run in training
 /// steps (for the learning-rate decay).
 pub fn learner_config(config: &Config, total_steps: usize) -> LearnerConfig {

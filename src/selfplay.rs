@@ -67,6 +67,11 @@ pub struct Actor {
     opening_plies: usize,
     /// Random plies still to play in each environment's current game.
     opening_left: Vec<usize>,
+    /// Transitions a segment is padded with after its cut (0: none); see
+    /// [`Actor::with_segment_padding`].
+    segment_padding: usize,
+    /// Per environment: cut segments still collecting their padding.
+    padding_segments: Vec<Vec<GameHistory>>,
 }
 
 impl Actor {
@@ -99,7 +104,19 @@ impl Actor {
             segment_length,
             opening_plies: 0,
             opening_left: vec![0; num_envs],
+            segment_padding: 0,
+            padding_segments: vec![Vec::new(); num_envs],
         })
+    }
+
+    /// Pad every segment cut from a long episode with the `transitions` that follow the cut
+    /// (or with the rest of the episode, if it ends sooner) before it is handed over, so that
+    /// the positions before the cut get the same unroll and n-step targets as in the whole
+    /// game: `num_unroll_steps + td_steps` transitions are enough. The padding is stored but
+    /// not sampled ([`GameHistory::padding`]). 0 (the default) hands segments over at the cut.
+    pub fn with_segment_padding(mut self, transitions: usize) -> Self {
+        self.segment_padding = transitions;
+        self
     }
 
     /// Open every game with a number of uniformly random legal moves drawn uniformly from
@@ -193,14 +210,45 @@ impl Actor {
                 }
                 continue;
             }
+            let policy = &out.policy_targets[i * a..(i + 1) * a];
+            let reward = result.rewards[i] as f32;
             self.games[i].push(
                 actions[i],
-                result.rewards[i] as f32,
+                reward,
                 out.root_values[i],
-                &out.policy_targets[i * a..(i + 1) * a],
+                policy,
                 &next_obs,
                 next_to_play,
             );
+            // Cut segments collect the same transition as padding; one whose padding is
+            // complete (and none when the episode ends) is handed over.
+            for segment in &mut self.padding_segments[i] {
+                segment.push_padding(
+                    actions[i],
+                    reward,
+                    out.root_values[i],
+                    policy,
+                    &next_obs,
+                    next_to_play,
+                );
+            }
+            if result.finished[i].is_some() {
+                for mut segment in self.padding_segments[i].drain(..) {
+                    if result.terminated[i] {
+                        segment.finish(true, 0.0);
+                        step.finished_games.push(segment);
+                    } else {
+                        truncated_games.push(segment);
+                    }
+                }
+            } else {
+                let padding = self.segment_padding;
+                let (done, waiting): (Vec<_>, Vec<_>) = self.padding_segments[i]
+                    .drain(..)
+                    .partition(|g| g.padding >= padding);
+                self.padding_segments[i] = waiting;
+                truncated_games.extend(done);
+            }
             if let Some(stats) = &result.finished[i] {
                 self.opening_left[i] = self.draw_opening();
                 let fresh =
@@ -217,7 +265,12 @@ impl Actor {
                 // Hand long episodes to the replay buffer in segments, so fresh data arrives
                 // while the episode goes on; a segment is bootstrapped like a truncated game.
                 let fresh = GameHistory::new(self.obs_len, a, &next_obs, next_to_play);
-                truncated_games.push(std::mem::replace(&mut self.games[i], fresh));
+                let segment = std::mem::replace(&mut self.games[i], fresh);
+                if self.segment_padding > 0 {
+                    self.padding_segments[i].push(segment);
+                } else {
+                    truncated_games.push(segment);
+                }
             }
         }
         if !truncated_games.is_empty() {
@@ -439,6 +492,8 @@ pub struct ActorPoolConfig {
     pub segment_length: usize,
     /// Most random plies opening each game (see [`Actor::with_random_opening`]).
     pub random_opening_plies: usize,
+    /// Transitions each cut segment is padded with (see [`Actor::with_segment_padding`]).
+    pub segment_padding: usize,
     pub search: SearchConfig,
 }
 
@@ -478,6 +533,7 @@ impl ActorPool {
             seed,
             segment_length,
             random_opening_plies,
+            segment_padding,
             search,
         } = config;
         let (num_actors, num_envs, seed, segment_length) =
@@ -493,7 +549,8 @@ impl ActorPool {
                 seed.wrapping_add(i as u64 * 1_000_003),
                 segment_length,
             )?
-            .with_random_opening(*random_opening_plies);
+            .with_random_opening(*random_opening_plies)
+            .with_segment_padding(*segment_padding);
             let network = network
                 .deep_copy(network.device())
                 .map_err(ModelError::from)?;
@@ -642,6 +699,90 @@ mod tests {
             }
         }
         stones
+    }
+
+    /// The games one actor hands over, until `episodes` episodes have finished: CartPole, 4
+    /// environments, seed 9, segments of `segment_length` padded with `padding` transitions.
+    fn cartpole_games(segment_length: usize, padding: usize, steps: usize) -> Vec<GameHistory> {
+        let network =
+            MuZeroNetwork::new(tiny_spec(vec![4], 2), 1, &Device::Cpu, DType::F32).unwrap();
+        let search = SearchConfig {
+            num_simulations: 3,
+            discount: 0.97,
+            c1: 1.25,
+            c2: 19652.0,
+            dirichlet_alpha: 0.3,
+            exploration_fraction: 0.25,
+            two_player: false,
+            policy: SearchPolicy::Puct,
+        };
+        let mut actor = Actor::new("CartPole-v1", 4, 9, segment_length)
+            .unwrap()
+            .with_segment_padding(padding);
+        let mut games = Vec::new();
+        for _ in 0..steps {
+            games.extend(actor.step(&network, &search, 1.0).unwrap().finished_games);
+        }
+        games
+    }
+
+    /// For every sampled position of every segment: whether its training row (targets, masks,
+    /// actions, observations) equals the row of the same position in the whole game.
+    fn segment_rows_match_whole_games(padding: usize) -> Vec<bool> {
+        use crate::replay::{PositionId, ReplayBuffer};
+        use rand::SeedableRng;
+        let (k, n) = (2, 3);
+        let whole = cartpole_games(0, 0, 150);
+        let segments = cartpole_games(4, padding, 150);
+        let config = crate::testing::games::replay_config(100_000, k, n, 0.97);
+        let mut whole_buffer = ReplayBuffer::new(config.clone());
+        let mut segment_buffer = ReplayBuffer::new(config);
+        for game in &whole {
+            whole_buffer.save_game(game.clone()).unwrap();
+        }
+        let row = |buffer: &ReplayBuffer, id: PositionId| {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+            let mut batch = buffer.batch_from_ids(&[id], &mut rng).unwrap();
+            batch.ids.clear();
+            batch
+        };
+        let mut matches = Vec::new();
+        for (s, segment) in segments.iter().enumerate() {
+            segment_buffer.save_game(segment.clone()).unwrap();
+            // The whole game and offset where this segment starts (CartPole states are unique).
+            let Some((g, offset)) = whole.iter().enumerate().find_map(|(g, game)| {
+                (0..game.len())
+                    .find(|&t| game.observation(t) == segment.observation(0))
+                    .map(|t| (g, t))
+            }) else {
+                continue; // a segment of an episode the whole-game actor did not finish
+            };
+            if offset + segment.len() > whole[g].len() {
+                continue;
+            }
+            for t in 0..segment.sampled_len() {
+                let a = row(&segment_buffer, PositionId::new(s as u64, t));
+                let b = row(&whole_buffer, PositionId::new(g as u64, offset + t));
+                matches.push(a == b);
+            }
+        }
+        matches
+    }
+
+    #[test]
+    fn padded_segments_give_the_targets_of_the_whole_game() {
+        // Padding with num_unroll_steps + td_steps transitions: every position matches.
+        let padded = segment_rows_match_whole_games(2 + 3);
+        assert!(
+            padded.len() > 300,
+            "only {} positions compared",
+            padded.len()
+        );
+        assert!(padded.iter().all(|&m| m), "{padded:?}");
+        // Without padding the positions just before each cut lose targets.
+        let cut = segment_rows_match_whole_games(0);
+        assert!(cut.len() > 300);
+        assert!(cut.iter().any(|&m| !m));
     }
 
     #[test]

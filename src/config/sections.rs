@@ -201,6 +201,11 @@ pub struct SelfPlayConfig {
     /// Long episodes enter the replay buffer in segments of this many transitions (0: whole
     /// episodes only), so training sees fresh data while an episode goes on.
     pub game_segment_length: usize,
+    /// A segment cut from a long episode waits for the `num_unroll_steps + td_steps`
+    /// transitions after its cut and keeps them (not sampled), so the positions before the
+    /// cut get the unroll and n-step targets of the whole game; false hands segments over at
+    /// the cut (their last positions then bootstrap early and lose unroll targets).
+    pub pad_segments: bool,
     /// Replayed positions of games that declare symmetries (TicTacToe, ConnectFour) are seen
     /// through a random one of them (rotations, reflections).
     pub symmetry_augmentation: bool,

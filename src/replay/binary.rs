@@ -5,9 +5,11 @@
 //!
 //! Tensors (games in storage order, oldest first; `T` = a game's transitions, `A` = actions):
 //! - `observations` F32 `[sum (T + 1) * obs_len]`, `to_play` U8 `[sum (T + 1)]`;
-//! - `actions` U32, `rewards`, `root_values`, `priorities` F32, each `[sum T]`;
+//! - `actions` U32, `rewards`, `root_values` F32, each `[sum T]`;
+//! - `priorities` F32 `[sum (T - padding)]` (sampled positions only);
 //! - `policies` F32 `[sum T * A]`;
-//! - per game: `lengths` U64, `ids` U64, `starts` U64, `terminated` U8, `final_values` F32.
+//! - per game: `lengths` U64, `ids` U64, `starts` U64, `terminated` U8, `final_values` F32,
+//!   `paddings` U64 (segment padding; absent in snapshots written before it existed: 0).
 //!
 //! Metadata: `format` (`cumind-replay-1`), `config` (the ReplayConfig as JSON), `write_slot`,
 //! `next_game_id`, `dims` (JSON `[obs_len, num_actions]` or `null`).
@@ -120,6 +122,11 @@ impl ReplayBuffer {
                 games.iter().map(|s| s.game.terminated as u8).collect(),
             ),
             ("final_values", Dtype::F32, g(|s| s.game.final_value)),
+            (
+                "paddings",
+                Dtype::U64,
+                u64_bytes(games.iter().map(|s| s.game.padding as u64)),
+            ),
         ];
         let views = tensors
             .iter_mut()
@@ -224,11 +231,17 @@ impl ReplayBuffer {
         let terminated = raw("terminated", Dtype::U8)?;
         let final_values = f32s("final_values")?;
         let n = lengths.len();
+        let paddings = if file.names().contains(&"paddings") {
+            u64s("paddings")?
+        } else {
+            vec![0; n]
+        };
         if [
             ids.len(),
             starts.len(),
             terminated.len(),
             final_values.len(),
+            paddings.len(),
         ]
         .iter()
         .any(|&len| len != n)
@@ -237,13 +250,17 @@ impl ReplayBuffer {
         }
         let (obs_len, num_actions) = dims.unwrap_or((0, 0));
         let total: usize = lengths.iter().map(|&t| t as usize).sum();
+        if lengths.iter().zip(&paddings).any(|(&t, &p)| p > t) {
+            return Err(corrupt("a game's padding exceeds its length"));
+        }
+        let sampled = total - paddings.iter().map(|&p| p as usize).sum::<usize>();
         let expected = [
             ("observations", observations.len(), (total + n) * obs_len),
             ("to_play", to_play.len(), total + n),
             ("actions", actions.len(), total),
             ("rewards", rewards.len(), total),
             ("root_values", root_values.len(), total),
-            ("priorities", priorities.len(), total),
+            ("priorities", priorities.len(), sampled),
             ("policies", policies.len(), total * num_actions),
         ];
         for (name, got, want) in expected {
@@ -254,7 +271,7 @@ impl ReplayBuffer {
             }
         }
         let mut games = VecDeque::with_capacity(n);
-        let (mut at, mut at_obs) = (0, 0);
+        let (mut at, mut at_obs, mut at_priority) = (0, 0, 0);
         for i in 0..n {
             let t = lengths[i] as usize;
             let game = GameHistory {
@@ -268,13 +285,16 @@ impl ReplayBuffer {
                 policies: policies[at * num_actions..(at + t) * num_actions].to_vec(),
                 terminated: terminated[i] != 0,
                 final_value: final_values[i],
+                padding: paddings[i] as usize,
             };
             games.push_back(StoredGame {
                 id: ids[i],
                 start: starts[i] as usize,
-                priorities: priorities[at..at + t].to_vec(),
+                priorities: priorities[at_priority..at_priority + t - paddings[i] as usize]
+                    .to_vec(),
                 game,
             });
+            at_priority += t - paddings[i] as usize;
             at += t;
             at_obs += t + 1;
         }
@@ -312,6 +332,10 @@ mod tests {
             0.8,
         ))
         .unwrap();
+        // A segment with one transition of padding.
+        let mut segment = scripted_game(&[0.5, 1.5, 2.5], &[0.1, 0.2, 0.3], &[0; 4], false, 0.9);
+        segment.padding = 1;
+        r.save_game(segment).unwrap();
         r
     }
 
@@ -336,6 +360,36 @@ mod tests {
         let empty = ReplayBuffer::new(replay_config(4, 1, 1, 0.5));
         let back = ReplayBuffer::from_binary(&empty.to_binary().unwrap()).unwrap();
         assert_eq!(back.num_transitions(), 0);
+    }
+
+    #[test]
+    fn a_snapshot_written_before_segment_padding_still_loads() {
+        // The same bytes without the `paddings` tensor, as written before it existed.
+        let mut original = ReplayBuffer::new(replay_config(12, 3, 2, 0.7));
+        original
+            .save_game(scripted_game(
+                &[1.0, 0.5],
+                &[0.2, 0.1],
+                &[0, 0, 0],
+                true,
+                0.0,
+            ))
+            .unwrap();
+        let bytes = original.to_binary().unwrap();
+        let file = SafeTensors::deserialize(&bytes).unwrap();
+        let (_, header) = SafeTensors::read_metadata(&bytes).unwrap();
+        let views: Vec<(String, TensorView)> = file
+            .tensors()
+            .into_iter()
+            .filter(|(name, _)| name != "paddings")
+            .collect();
+        assert_eq!(views.len(), file.len() - 1);
+        let old = safetensors::tensor::serialize(views, header.metadata().clone()).unwrap();
+        let restored = ReplayBuffer::from_binary(&old).unwrap();
+        assert_eq!(
+            serde_json::to_string(&original).unwrap(),
+            serde_json::to_string(&restored).unwrap()
+        );
     }
 
     #[test]

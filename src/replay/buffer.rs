@@ -32,7 +32,7 @@ impl StoredGame {
             + game.rewards.len()
             + game.root_values.len()
             + game.policies.len()
-            + game.len();
+            + game.sampled_len();
         f32s * 4 + game.actions.len() * std::mem::size_of::<usize>() + game.to_play.len()
     }
 
@@ -153,7 +153,8 @@ impl ReplayBuffer {
                 });
             }
         }
-        let t_len = game.len();
+        // Slots and priorities belong to the sampled positions (not a segment's padding).
+        let t_len = game.sampled_len();
         if t_len == 0 {
             return Err(ReplayError::EmptyGame);
         }
@@ -207,10 +208,10 @@ impl ReplayBuffer {
     fn evict_oldest(&mut self) {
         if let Some(old) = self.games.pop_front() {
             let capacity = self.config.capacity;
-            for t in 0..old.game.len() {
+            for t in 0..old.game.sampled_len() {
                 self.tree.set((old.start + t) % capacity, 0.0);
             }
-            self.num_transitions -= old.game.len();
+            self.num_transitions -= old.game.sampled_len();
             self.bytes -= old.bytes();
         }
     }
@@ -245,7 +246,7 @@ impl ReplayBuffer {
         let gi = usize::try_from(id.game().checked_sub(first)?).ok()?;
         let stored = self.games.get(gi)?;
         debug_assert_eq!(stored.id, id.game());
-        (id.position() < stored.game.len()).then_some((gi, id.position()))
+        (id.position() < stored.game.sampled_len()).then_some((gi, id.position()))
     }
 
     /// `(index in self.games, position)` of an occupied slot.

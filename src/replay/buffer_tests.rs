@@ -272,3 +272,45 @@ fn a_memory_budget_evicts_the_oldest_games_by_bytes() {
     assert!(matches!(err, ReplayError::GameTooLarge { .. }), "{err}");
     assert!(err.to_string().contains(&(game_bytes / 2).to_string()));
 }
+
+#[test]
+fn a_segments_padding_is_stored_for_targets_but_never_sampled() {
+    let mut buffer = ReplayBuffer::new(replay_config(100, 3, 2, 0.5));
+    let mut padded = five_step_game(false);
+    padded.padding = 2;
+    let mut whole = ReplayBuffer::new(replay_config(100, 3, 2, 0.5));
+    whole.save_game(five_step_game(false)).unwrap();
+    buffer.save_game(padded.clone()).unwrap();
+    assert_eq!(buffer.num_transitions(), 3);
+    buffer.assert_invariants();
+    let mut rng = StdRng::seed_from_u64(1);
+    let batch = buffer.sample(500, &mut rng).unwrap();
+    assert!(batch.ids.iter().all(|id| id.position() < 3));
+    for t in 0..3 {
+        assert!(
+            batch.ids.iter().any(|id| id.position() == t),
+            "t={t} never sampled"
+        );
+    }
+    // A position's targets use the padding, as in the game without it.
+    let id = PositionId::new(0, 2);
+    let a = buffer
+        .batch_from_ids(&[id], &mut StdRng::seed_from_u64(2))
+        .unwrap();
+    let b = whole
+        .batch_from_ids(&[id], &mut StdRng::seed_from_u64(2))
+        .unwrap();
+    assert_eq!(a.target_values, b.target_values);
+    assert_eq!(a.target_rewards, b.target_rewards);
+    assert_eq!(a.target_policies, b.target_policies);
+    // Padding positions are not live ids, and padding must leave a position to sample.
+    assert!(buffer.priority(PositionId::new(0, 3)).is_none());
+    padded.padding = 5;
+    assert_eq!(
+        buffer.save_game(padded),
+        Err(ReplayError::PaddingTooLong {
+            padding: 5,
+            transitions: 5
+        })
+    );
+}

@@ -27,6 +27,17 @@ pub struct GameHistory {
     /// Value estimate of the final observation (perspective of `to_play[T]`), used to
     /// bootstrap a truncated game; ignored if `terminated`.
     pub final_value: f32,
+    /// Segment padding: the last `padding` transitions are the ones that followed the cut
+    /// that ended this segment. They give the positions before the cut the unroll and n-step
+    /// targets the whole game would give them, and are never sampled themselves (they are the
+    /// next segment's positions). 0 for whole games and unpadded segments.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub padding: usize,
+}
+
+/// Whole games serialise as they did before segment padding existed.
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl GameHistory {
@@ -48,6 +59,7 @@ impl GameHistory {
             policies: Vec::new(),
             terminated: false,
             final_value: 0.0,
+            padding: 0,
         }
     }
 
@@ -68,6 +80,33 @@ impl GameHistory {
         self.policies.extend_from_slice(policy);
         self.observations.extend_from_slice(next_observation);
         self.to_play.push(next_to_play);
+    }
+
+    /// Appends one transition of padding (see [`GameHistory::padding`]): it follows the cut
+    /// that ended this segment.
+    pub fn push_padding(
+        &mut self,
+        action: usize,
+        reward: f32,
+        root_value: f32,
+        policy: &[f32],
+        next_observation: &[f32],
+        next_to_play: u8,
+    ) {
+        self.push(
+            action,
+            reward,
+            root_value,
+            policy,
+            next_observation,
+            next_to_play,
+        );
+        self.padding += 1;
+    }
+
+    /// Number of positions that can be sampled: `T` minus the padding.
+    pub fn sampled_len(&self) -> usize {
+        self.len().saturating_sub(self.padding)
     }
 
     /// Marks the end of the game: `terminated` (absorbing) or truncated with a bootstrap value.
@@ -141,6 +180,12 @@ impl GameHistory {
         check("to_play", t_len + 1, self.to_play.len())?;
         check("root_values", t_len, self.root_values.len())?;
         check("policies", t_len * self.num_actions, self.policies.len())?;
+        if self.padding > 0 && self.padding >= t_len {
+            return Err(ReplayError::PaddingTooLong {
+                padding: self.padding,
+                transitions: t_len,
+            });
+        }
         if let Some((step, &action)) = self
             .actions
             .iter()

@@ -3,7 +3,9 @@
 //! # Storage
 //!
 //! Games are kept whole, oldest first. Every transition (searched position `t` in `0..T`)
-//! of every stored game owns one *slot* in a ring of `capacity` slots; a game occupies
+//! of every stored game owns one *slot* in a ring of `capacity` slots, except a segment's
+//! padding ([`GameHistory::padding`]: the transitions after its cut, kept for the targets of
+//! the positions before it and not sampled); a game occupies
 //! consecutive slots (wrapping around the end of the ring). A sum tree over the slots holds
 //! `priority^alpha` for each occupied slot and 0 for free ones, so sampling and priority
 //! updates are `O(log capacity)`.
@@ -96,6 +98,9 @@ pub enum ReplayError {
     /// A game with no transitions was saved.
     #[error("game has no transitions")]
     EmptyGame,
+    /// A segment's padding leaves no position to sample.
+    #[error("segment padding of {padding} transitions leaves none of its {transitions} transitions to sample")]
+    PaddingTooLong { padding: usize, transitions: usize },
     /// `obs_len` or `num_actions` of a game is zero.
     #[error("game has {what} == 0")]
     ZeroDimension { what: &'static str },

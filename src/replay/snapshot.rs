@@ -69,7 +69,8 @@ impl ReplayBuffer {
         let mut expected_id = s.games.front().map(|g| g.id);
         for g in &s.games {
             g.game.validate()?;
-            let t_len = g.game.len();
+            // Slots and priorities belong to the sampled positions (not the padding).
+            let t_len = g.game.sampled_len();
             if t_len == 0 {
                 return Err(ReplayError::EmptyGame);
             }

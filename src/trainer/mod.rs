@@ -305,7 +305,8 @@ impl<'a> TrainingRun<'a> {
                     seed,
                     config.self_play.game_segment_length,
                 )?
-                .with_random_opening(config.self_play.random_opening_plies),
+                .with_random_opening(config.self_play.random_opening_plies)
+                .with_segment_padding(components::segment_padding(config)),
             ))
         } else {
             Source::Threads(ActorPool::spawn(
@@ -317,6 +318,7 @@ impl<'a> TrainingRun<'a> {
                     seed,
                     segment_length: config.self_play.game_segment_length,
                     random_opening_plies: config.self_play.random_opening_plies,
+                    segment_padding: components::segment_padding(config),
                     search: search.clone(),
                 },
                 config.temperature_at(schedule.progress(&self.counters)) as f32,
