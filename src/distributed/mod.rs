@@ -8,7 +8,7 @@
 //! train and when to stop ([`crate::trainer`]); rank 0 alone evaluates, logs and writes
 //! checkpoints.
 //!
-//! Implementations: [`mpi::MpiWorld`] (cargo feature `mpi`, launched by `mpirun`) and
+//! Implementations: `mpi::MpiWorld` (cargo feature `mpi`, launched by `mpirun`) and
 //! [`ThreadWorld`] (ranks as threads of one process: the tests of the training loop's
 //! agreement, without MPI).
 
