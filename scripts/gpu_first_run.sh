@@ -16,6 +16,8 @@
 #   05 a short CUDA training run on CartPole (the defaults) whose loss must fall
 #   06 the same checkpoint evaluated on the CPU and on CUDA
 #   07 with 2+ GPUs: training with --num-devices N, and scripts/benchmark_gpu.sh (1..N GPUs)
+#   08 with 2+ GPUs and Open MPI installed: two MPI ranks on one GPU each (NCCL across the
+#      ranks with `nccl`), which must end with identical parameters
 # Limits: STEP_TIMEOUT seconds per step (default 900).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -112,6 +114,23 @@ if [ "$GPUS" -gt 1 ]; then
     --set training.checkpoint_root_dir="$OUT_DIR/checkpoints" --set other.log_dir="$OUT_DIR/runs" \
     --set training.max_env_steps=6000 train --device cuda --num-devices "$GPUS" --no-progress
   step 07-benchmark-gpu env BIN="$BIN" OUT_DIR="$OUT_DIR/benchmark_gpu" scripts/benchmark_gpu.sh
+  # Two MPI ranks, one GPU each (local rank l uses cuda:l), when Open MPI and libclang are
+  # installed (scripts/setup_mpi.sh; this script does not install them). With `nccl` the ranks
+  # average with one NCCL communicator over both GPUs; the run says which path it took.
+  if command -v mpirun >/dev/null 2>&1 && command -v mpicc >/dev/null 2>&1; then
+    # Last step: this rebuild replaces target/release/cumind with an MPI build.
+    step 08-build-mpi cargo build --release --features "$FEATURE,mpi"
+    # The log must show both the reducer and the end-of-run check.
+    step 08-mpi-2-ranks mpirun --allow-run-as-root -np 2 --bind-to none target/release/cumind \
+      --set other.run_name="$RUN-mpi" --set training.checkpoint_root_dir="$OUT_DIR/checkpoints" \
+      --set other.log_dir="$OUT_DIR/runs" --set training.max_env_steps=6000 \
+      train --device cuda --distributed mpi --no-progress
+    MPI_LOG="$OUT_DIR/08-mpi-2-ranks.log"
+    step 08-mpi-ranks-identical bash -c "grep 'gradients averaged' '$MPI_LOG' &&
+      grep '2 ranks hold identical parameters' '$MPI_LOG'"
+  else
+    echo "== 08 (MPI over 2 GPUs) skipped: mpirun or mpicc not found (scripts/setup_mpi.sh)"
+  fi
 fi
 
 echo

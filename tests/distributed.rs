@@ -86,6 +86,12 @@ fn two_ranks_train_in_step_and_end_identical() {
             .any(|l| l.contains("2 ranks hold identical parameters")),
         "{a_log:?}"
     );
+    assert!(
+        a_log
+            .iter()
+            .any(|l| l == "2 ranks: gradients averaged on the host, through the ranks' all-reduce"),
+        "{a_log:?}"
+    );
     // And the rank's shard is half the batch: one rank alone trains differently.
     let alone = train(
         &config,

@@ -467,8 +467,9 @@ impl Learner {
         }
     }
 
-    /// Whether the NCCL communicators already average over the ranks.
-    fn nccl_spans_ranks(&self) -> bool {
+    /// Whether gradients are averaged over the ranks by one NCCL communicator spanning every
+    /// rank's GPUs (feature `nccl`, every rank on CUDA), not on the host.
+    pub fn nccl_spans_ranks(&self) -> bool {
         #[cfg(feature = "nccl")]
         return self.nccl_spans_ranks;
         #[cfg(not(feature = "nccl"))]

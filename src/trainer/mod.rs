@@ -294,6 +294,17 @@ impl<'a> TrainingRun<'a> {
         let elapsed_before = self.counters.elapsed_seconds;
         let env_steps_before = self.counters.env_steps;
         let training_steps_before = self.counters.training_steps;
+        if let Some(c) = &self.collective {
+            sink.log(&format!(
+                "{} ranks: gradients averaged {}",
+                c.size(),
+                if self.learner.nccl_spans_ranks() {
+                    "by NCCL over every rank's GPUs"
+                } else {
+                    "on the host, through the ranks' all-reduce"
+                }
+            ));
+        }
         let mut schedule = Schedule::new(config, &self.counters, self.replay.num_transitions());
         let seed = rank_seed(config.other.seed, self.collective.as_deref())
             .wrapping_add(self.counters.env_steps.wrapping_mul(7919));
