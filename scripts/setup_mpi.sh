@@ -33,6 +33,13 @@ if [ "$(id -u)" != 0 ]; then
   SUDO=(sudo)
 fi
 echo "installing ${missing[*]}"
-"${SUDO[@]}" apt-get update -qq
-DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# Three tries: a registry hiccup should not fail a CI run.
+for try in 1 2 3; do
+  if "${SUDO[@]}" apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"; then
+    break
+  fi
+  [ "$try" = 3 ] && { echo "error: could not install ${missing[*]}" >&2; exit 1; }
+  sleep 10
+done
 echo "installed: $(mpirun --version | head -1)"

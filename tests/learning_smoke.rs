@@ -78,6 +78,36 @@ fn synchronous_training_is_reproducible_for_a_seed() {
     );
 }
 
+/// Reanalyse runs one step ahead on a worker thread beside the learner: the run is still
+/// reproducible for a seed, and every training step's batch was reanalysed (half of its 64
+/// rows, each with at least the position it starts from).
+#[test]
+fn reanalyse_beside_the_learner_searches_every_batch_and_is_reproducible() {
+    let config = catch_config(&[
+        "training.max_env_steps=480",
+        "training.eval_interval=0",
+        "memory.min_memory_size=100",
+        "training.reanalyse_fraction=0.5",
+        "training.reanalyse_simulations=4",
+    ]);
+    let mut sink = MemorySink::default();
+    let summary = train(&config, &[Device::Cpu], &options(), &mut sink).unwrap();
+    let searched = &sink.series["reanalyse/positions"];
+    assert!(!searched.is_empty());
+    for &(step, positions) in searched {
+        assert!(
+            positions >= 32.0 * step as f64,
+            "{positions} positions by step {step}"
+        );
+    }
+    let (steps_a, weights_a, returns_a) = fingerprint(&config);
+    assert_eq!(steps_a, summary.counters.training_steps);
+    let (steps_b, weights_b, returns_b) = fingerprint(&config);
+    assert_eq!(steps_a, steps_b);
+    assert_eq!(returns_a, returns_b);
+    assert_eq!(weights_a, weights_b);
+}
+
 #[test]
 fn actor_threads_learn_beside_the_learner() {
     let config = catch_config(&["self_play.num_actors=2", "training.eval_interval=0"]);

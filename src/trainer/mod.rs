@@ -36,7 +36,7 @@ use crate::error_chain::error_chain;
 use crate::metrics::{MetricSink, Progress};
 use crate::network::SearchModel;
 use crate::network::{compute_dtype, MuZeroNetwork};
-use crate::replay::{reanalyse_policies, ReplayBuffer};
+use crate::replay::{reanalyse_policies, Batch, ReplayBuffer};
 use crate::search::Searcher;
 use crate::selfplay::{evaluate, Actor, ActorPool, ActorPoolConfig, Evaluation};
 use crate::train::{Learner, TrainStats};
@@ -104,6 +104,12 @@ struct TrainingRun<'a> {
     /// Search buffers of reanalyse, and the positions it has searched in this segment.
     reanalyse_searcher: Searcher,
     reanalysed: u64,
+    /// Reanalyse runs one step ahead: the next training step's batch, sampled and reanalysed
+    /// on a worker thread while the learner took the current step.
+    reanalysed_next: Option<Batch>,
+    /// The worker's own copy of the network reanalyse searches with, and the version of the
+    /// learner's network it copies (see [`TrainingRun::reanalyse_model_version`]).
+    reanalyse_model: Option<(MuZeroNetwork, usize)>,
     /// The other ranks, when there are any.
     collective: Option<Arc<dyn Collective>>,
 }
@@ -264,6 +270,8 @@ impl<'a> TrainingRun<'a> {
             budget_reached: false,
             reanalyse_searcher: Searcher::new(),
             reanalysed: 0,
+            reanalysed_next: None,
+            reanalyse_model: None,
             collective,
         })
     }
@@ -565,33 +573,101 @@ impl<'a> TrainingRun<'a> {
         }))
     }
 
+    /// Which version of the learner's network reanalyse searches with: the target network
+    /// changes every `target_update_frequency` steps, the latest parameters every step.
+    fn reanalyse_model_version(&self) -> usize {
+        let steps = self.learner.steps();
+        match self.config.training.reanalyse_network {
+            ReanalyseNetwork::TargetNetwork => {
+                steps / self.config.training.target_update_frequency.max(1)
+            }
+            ReanalyseNetwork::Latest => steps,
+        }
+    }
+
+    /// Bring the reanalyse worker's copy of the network up to the learner's (a copy only when
+    /// the version changed).
+    fn refresh_reanalyse_model(&mut self) -> Result<()> {
+        let version = self.reanalyse_model_version();
+        if self.reanalyse_model.as_ref().map(|(_, v)| *v) != Some(version) {
+            let source = match self.config.training.reanalyse_network {
+                ReanalyseNetwork::TargetNetwork => self.learner.target_network(),
+                ReanalyseNetwork::Latest => self.learner.network(),
+            };
+            self.reanalyse_model = Some((source.deep_copy(source.device())?, version));
+        }
+        Ok(())
+    }
+
+    /// One training step. With reanalyse, the batch of the next step is sampled and
+    /// reanalysed on a worker thread while the learner trains on this one (off the learner's
+    /// critical path), so it is sampled before this step's priorities are written and
+    /// searched with the network as it was before this step. The first step of a run segment
+    /// reanalyses its own batch first.
     fn train_once(&mut self, sink: &mut dyn MetricSink) -> Result<()> {
         let ranks = self.collective.as_ref().map_or(1, |c| c.size());
-        let mut batch = self
-            .replay
-            .sample(self.config.training.batch_size / ranks, &mut self.sampler)?;
+        let batch_size = self.config.training.batch_size / ranks;
         let t = &self.config.training;
-        if t.reanalyse_fraction > 0.0 {
+        let stats = if t.reanalyse_fraction > 0.0 {
             let mut search = components::search_config(self.config, &self.env);
             if t.reanalyse_simulations > 0 {
                 search.num_simulations = t.reanalyse_simulations;
             }
-            let mut model = SearchModel::new(match t.reanalyse_network {
-                ReanalyseNetwork::TargetNetwork => self.learner.target_network(),
-                ReanalyseNetwork::Latest => self.learner.network(),
+            let fraction = t.reanalyse_fraction;
+            self.refresh_reanalyse_model()?;
+            let Self {
+                replay,
+                sampler,
+                reanalyse_searcher,
+                reanalyse_model,
+                reanalysed_next,
+                reanalysed,
+                learner,
+                ..
+            } = self;
+            let network = &reanalyse_model.as_ref().expect("refreshed above").0;
+            let mut prepare = |replay: &ReplayBuffer| -> Result<(Batch, usize)> {
+                let mut batch = replay.sample(batch_size, sampler)?;
+                let searched = reanalyse_policies(
+                    &mut batch,
+                    &mut SearchModel::new(network),
+                    &search,
+                    fraction,
+                    reanalyse_searcher,
+                    sampler,
+                )?;
+                Ok((batch, searched))
+            };
+            let batch = match reanalysed_next.take() {
+                Some(batch) => batch,
+                None => {
+                    let (batch, searched) = prepare(replay)?;
+                    *reanalysed += searched as u64;
+                    batch
+                }
+            };
+            let (stats, next) = std::thread::scope(|scope| {
+                let worker = scope.spawn(|| prepare(replay));
+                let stats = learner.train_step(&batch);
+                let next = worker
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                (stats, next)
             });
-            self.reanalysed += reanalyse_policies(
-                &mut batch,
-                &mut model,
-                &search,
-                t.reanalyse_fraction,
-                &mut self.reanalyse_searcher,
-                &mut self.sampler,
-            )? as u64;
-        }
-        let stats = self.learner.train_step(&batch)?;
-        self.replay
-            .update_priorities(&batch.ids, &stats.priorities)?;
+            let stats = stats?;
+            let (next, searched) = next?;
+            *reanalysed += searched as u64;
+            *reanalysed_next = Some(next);
+            self.replay
+                .update_priorities(&batch.ids, &stats.priorities)?;
+            stats
+        } else {
+            let batch = self.replay.sample(batch_size, &mut self.sampler)?;
+            let stats = self.learner.train_step(&batch)?;
+            self.replay
+                .update_priorities(&batch.ids, &stats.priorities)?;
+            stats
+        };
         self.counters.training_steps += 1;
         let step = self.counters.training_steps;
         if step.is_multiple_of(10) {
