@@ -221,7 +221,7 @@ impl Actor {
                 next_to_play,
             );
             // Cut segments collect the same transition as padding; one whose padding is
-            // complete (and none when the episode ends) is handed over.
+            // complete is handed over, and every one of them when the episode ends.
             for segment in &mut self.padding_segments[i] {
                 segment.push_padding(
                     actions[i],
@@ -232,36 +232,28 @@ impl Actor {
                     next_to_play,
                 );
             }
-            if result.finished[i].is_some() {
-                for mut segment in self.padding_segments[i].drain(..) {
-                    if result.terminated[i] {
-                        segment.finish(true, 0.0);
-                        step.finished_games.push(segment);
-                    } else {
-                        truncated_games.push(segment);
-                    }
-                }
-            } else {
-                let padding = self.segment_padding;
-                let (done, waiting): (Vec<_>, Vec<_>) = self.padding_segments[i]
-                    .drain(..)
-                    .partition(|g| g.padding >= padding);
-                self.padding_segments[i] = waiting;
-                truncated_games.extend(done);
-            }
             if let Some(stats) = &result.finished[i] {
                 self.opening_left[i] = self.draw_opening();
                 let fresh =
                     GameHistory::new(self.obs_len, a, &result.observations[i], to_play[i] as u8);
-                let mut game = std::mem::replace(&mut self.games[i], fresh);
-                if result.terminated[i] {
-                    game.finish(true, 0.0);
-                    step.finished_games.push(game);
-                } else {
-                    truncated_games.push(game);
+                let game = std::mem::replace(&mut self.games[i], fresh);
+                // The episode's end also ends the segments still collecting padding.
+                for mut ended in self.padding_segments[i].drain(..).chain([game]) {
+                    if result.terminated[i] {
+                        ended.finish(true, 0.0);
+                        step.finished_games.push(ended);
+                    } else {
+                        truncated_games.push(ended);
+                    }
                 }
                 step.finished_episodes.push(*stats);
-            } else if self.segment_length > 0 && self.games[i].len() >= self.segment_length {
+                continue;
+            }
+            let padding = self.segment_padding;
+            truncated_games.extend(
+                self.padding_segments[i].extract_if(.., |segment| segment.padding >= padding),
+            );
+            if self.segment_length > 0 && self.games[i].len() >= self.segment_length {
                 // Hand long episodes to the replay buffer in segments, so fresh data arrives
                 // while the episode goes on; a segment is bootstrapped like a truncated game.
                 let fresh = GameHistory::new(self.obs_len, a, &next_obs, next_to_play);

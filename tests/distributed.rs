@@ -3,25 +3,17 @@
 //! stop, and end with identical parameters. The same loop over MPI processes is tested in
 //! `tests/mpi.rs` (feature `mpi`).
 
-use std::path::PathBuf;
+mod common;
+
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use candle_core::Device;
-use cumind::config::{Config, ConfigSources};
+use common::catch_config;
+use cumind::config::Config;
 use cumind::distributed::{Collective, ThreadWorld};
 use cumind::metrics::MemorySink;
 use cumind::trainer::{train, RunOptions, RunSummary};
-
-fn catch_config(extra: &[&str]) -> Config {
-    Config::load(&ConfigSources {
-        files: vec![PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("agents/catch.json")],
-        text: None,
-        env_vars: Vec::new(),
-        sets: extra.iter().map(|s| s.to_string()).collect(),
-    })
-    .unwrap()
-}
 
 /// Train `config` on `ranks` threads; `interrupt(rank)` says which ranks start with their stop
 /// flag set. Returns each rank's summary (or error text) and log lines, in rank order.
@@ -53,18 +45,7 @@ fn train_ranks(
 }
 
 fn weights(summary: &RunSummary) -> Vec<f32> {
-    summary
-        .network
-        .params()
-        .named()
-        .flat_map(|(_, v)| {
-            v.as_tensor()
-                .flatten_all()
-                .unwrap()
-                .to_vec1::<f32>()
-                .unwrap()
-        })
-        .collect()
+    cumind::testing::learner::weights(&summary.network)
 }
 
 #[test]

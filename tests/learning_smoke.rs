@@ -2,24 +2,15 @@
 //! `cumind_envs::Catch`) from scratch within a small budget; and the synchronous mode is
 //! reproducible for a given seed.
 
-use std::path::PathBuf;
+mod common;
 
 use candle_core::Device;
+use common::catch_config;
 use cumind::components::{self, EnvInfo};
 use cumind::config::{Config, ConfigSources};
 use cumind::metrics::MemorySink;
 use cumind::selfplay::evaluate;
 use cumind::trainer::{train, RunOptions};
-
-fn catch_config(extra: &[&str]) -> Config {
-    Config::load(&ConfigSources {
-        files: vec![PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("agents/catch.json")],
-        text: None,
-        env_vars: Vec::new(),
-        sets: extra.iter().map(|s| s.to_string()).collect(),
-    })
-    .unwrap()
-}
 
 fn options() -> RunOptions {
     RunOptions {

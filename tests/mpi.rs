@@ -6,11 +6,13 @@
 //! `.ci/run` installs Open MPI and runs `cargo test --release --features mpi --test mpi`.
 #![cfg(feature = "mpi")]
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use common::{preset, sets, text, Watched};
 
 const CUMIND: &str = env!("CARGO_BIN_EXE_cumind");
 
@@ -34,33 +36,19 @@ fn mpirun_exporting(ranks: usize, exported: &[&str], program: &str, args: &[&str
     cmd
 }
 
-fn text(out: &Output) -> String {
-    format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 /// `cumind train` arguments for Catch, with every file under `dir`.
 fn catch_args(dir: &Path, max_env_steps: u64) -> Vec<String> {
-    vec![
-        "train".into(),
-        "--config".into(),
-        concat!(env!("CARGO_MANIFEST_DIR"), "/agents/catch.json").into(),
-        "--set".into(),
-        format!("training.max_env_steps={max_env_steps}"),
-        "--set".into(),
-        format!(
+    let mut args = vec!["train".into(), "--config".into(), preset("catch.json")];
+    args.extend(sets(&[
+        &format!("training.max_env_steps={max_env_steps}"),
+        &format!(
             "training.checkpoint_root_dir={}",
             dir.join("ckpt").display()
         ),
-        "--set".into(),
-        format!("other.log_dir={}", dir.join("runs").display()),
-        "--no-progress".into(),
-        "--distributed".into(),
-        "mpi".into(),
-    ]
+        &format!("other.log_dir={}", dir.join("runs").display()),
+    ]));
+    args.extend(["--no-progress".into(), "--distributed".into(), "mpi".into()]);
+    args
 }
 
 fn entries(dir: &Path) -> Vec<String> {
@@ -190,109 +178,69 @@ fn under_mpi_two_ranks_match_one_learner_on_the_global_batch() {
     );
 }
 
-/// Lines of `child`'s stderr and stdout, as they come.
-fn lines_of(child: &mut std::process::Child) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    let err = BufReader::new(child.stderr.take().unwrap());
-    let out = BufReader::new(child.stdout.take().unwrap());
-    for reader in [Box::new(err) as Box<dyn BufRead + Send>, Box::new(out)] {
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            for line in reader.lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-    }
-    rx
-}
-
 /// A 2-rank Catch run with a budget it will not reach, stopped by `signal` (`kill -SIGNAL`)
-/// to rank 1 once rank 0 has written a checkpoint. Returns whether mpirun succeeded, all the
-/// lines printed, and how many of them came before the signal.
-fn signal_rank_1(dir: &Path, signal: &str, extra: &[&str]) -> (bool, Vec<String>, usize) {
+/// to rank 1 once rank 0 has written a checkpoint. Returns whether mpirun succeeded and all
+/// it printed.
+fn signal_rank_1(dir: &Path, signal: &str, extra: &[&str]) -> (bool, String) {
     let args = catch_args(dir, 10_000_000);
     let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
     args.extend_from_slice(extra);
-    let mut child = mpirun(2, CUMIND, &args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = lines_of(&mut child);
-    let mut seen = Vec::new();
-    let mut pid: Option<u32> = None;
+    let mut run = Watched::spawn(mpirun(2, CUMIND, &args));
+    // Searched anywhere in the line: another rank's output may share it.
+    let line = run.wait_for_line("rank 1 of 2 on ", Duration::from_secs(120));
+    let after = &line[line.find("rank 1 of 2 on ").unwrap()..];
+    let pid: String = after[after.find("(pid ").unwrap() + 5..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    // Wait for a first checkpoint (every 500 training steps).
     let started = Instant::now();
-    // Wait for rank 1's pid and for a first checkpoint (every 500 training steps).
-    let ckpt_root = dir.join("ckpt");
-    while pid.is_none() || !ckpt_has_step(&ckpt_root) {
-        if let Some(status) = child.try_wait().unwrap() {
+    while !ckpt_has_step(&dir.join("ckpt")) {
+        if let Some(status) = run.child.try_wait().unwrap() {
             panic!(
                 "the run ended ({status}) before rank 1 was signalled:\n{}",
-                seen.join("\n")
+                run.finish().1
             );
         }
         if started.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
-            panic!(
-                "no rank 1 or no checkpoint after 120 s:\n{}",
-                seen.join("\n")
-            );
+            let _ = run.child.kill();
+            panic!("no checkpoint after 120 s:\n{}", run.finish().1);
         }
-        if let Ok(line) = lines.recv_timeout(Duration::from_millis(200)) {
-            // Searched anywhere in the line: another rank's output may share it.
-            if let Some(at) = line.find("rank 1 of 2 on ") {
-                let rest = &line[at..];
-                let digits: String = rest[rest.find("(pid ").unwrap() + 5..]
-                    .chars()
-                    .take_while(char::is_ascii_digit)
-                    .collect();
-                pid = Some(digits.parse().unwrap());
-            }
-            seen.push(line);
-        }
+        std::thread::sleep(Duration::from_millis(200));
     }
-    let pid = pid.unwrap().to_string();
     let sent = Command::new("kill")
         .args([&format!("-{signal}"), &pid])
         .status()
         .unwrap();
     assert!(sent.success());
     let signalled_at = Instant::now();
-    let before = seen.len();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
+    while run.child.try_wait().unwrap().is_none() {
         if signalled_at.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
+            let _ = run.child.kill();
             let _ = Command::new("kill").args(["-KILL", &pid]).status();
             panic!("the run did not stop within 60 s of SIG{signal} to rank 1");
         }
         std::thread::sleep(Duration::from_millis(100));
-    };
+    }
     // A stopped rank that mpirun failed to end must not outlive the test.
     let _ = Command::new("kill")
         .args(["-KILL", &pid])
         .stderr(Stdio::null())
         .status();
-    // Give the reader threads the last lines.
-    while let Ok(line) = lines.recv_timeout(Duration::from_millis(500)) {
-        seen.push(line);
-    }
-    (status.success(), seen, before)
+    let (status, all) = run.finish();
+    (status.success(), all)
 }
+
+// In both tests below the line looked for can only come after the signal: mpirun names a lost
+// rank once it has died, and the watchdog speaks once a rank has waited past its timeout.
 
 #[test]
 fn a_stalled_rank_makes_the_others_stop_after_the_timeout() {
     let dir = tempfile::tempdir().unwrap();
-    let (ok, seen, before) = signal_rank_1(dir.path(), "STOP", &["--distributed-timeout", "10"]);
-    let all = seen.join("\n");
+    let (ok, all) = signal_rank_1(dir.path(), "STOP", &["--distributed-timeout", "10"]);
     assert!(!ok, "{all}");
     assert!(
-        seen[before..]
-            .iter()
+        all.lines()
             .any(|l| l.contains("rank 0 of 2 waited") && l.contains("timeout 10 s")),
         "rank 0 reports the stall:\n{all}"
     );
@@ -301,11 +249,10 @@ fn a_stalled_rank_makes_the_others_stop_after_the_timeout() {
 #[test]
 fn a_killed_rank_stops_the_run_with_its_name_and_the_run_resumes_on_four_ranks() {
     let dir = tempfile::tempdir().unwrap();
-    let (ok, seen, before) = signal_rank_1(dir.path(), "KILL", &[]);
-    let all = seen.join("\n");
+    let (ok, all) = signal_rank_1(dir.path(), "KILL", &[]);
     assert!(!ok, "{all}");
     assert!(
-        seen[before..].join("\n").contains("process rank 1 "),
+        all.contains("process rank 1 "),
         "mpirun names the lost rank:\n{all}"
     );
     let ckpt_root = dir.path().join("ckpt");

@@ -199,18 +199,7 @@ fn the_cpu_fast_paths_train_like_the_tensor_path() {
             .iter()
             .map(|b| learner.train_step(b).unwrap().total_loss)
             .collect();
-        let weights: Vec<f32> = learner
-            .network()
-            .params()
-            .named()
-            .flat_map(|(_, v)| {
-                v.as_tensor()
-                    .flatten_all()
-                    .unwrap()
-                    .to_vec1::<f32>()
-                    .unwrap()
-            })
-            .collect();
+        let weights = cumind::testing::learner::weights(learner.network());
         set_cpu_fast_paths(true);
         (losses, weights)
     };

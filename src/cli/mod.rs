@@ -146,10 +146,7 @@ fn join_mpi(_args: &TrainArgs) -> Result<Option<Arc<dyn Collective>>> {
 fn first_device_of_rank(kind: DeviceKind, count: usize, distributed: Distributed) -> DeviceKind {
     match kind {
         DeviceKind::Cuda(first) if distributed != Distributed::None => {
-            let local_rank = std::env::var("OMPI_COMM_WORLD_LOCAL_RANK")
-                .ok()
-                .and_then(|v| v.parse::<usize>().ok())
-                .unwrap_or(0);
+            let local_rank = ompi_number("OMPI_COMM_WORLD_LOCAL_RANK").unwrap_or(0);
             DeviceKind::Cuda(first + local_rank * count.max(1))
         }
         other => other,
@@ -161,11 +158,14 @@ fn local_ranks(distributed: Distributed) -> usize {
     if distributed == Distributed::None {
         return 1;
     }
-    std::env::var("OMPI_COMM_WORLD_LOCAL_SIZE")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
+    ompi_number("OMPI_COMM_WORLD_LOCAL_SIZE")
         .unwrap_or(1)
         .max(1)
+}
+
+/// A number Open MPI's mpirun gives each rank in its environment (`None` outside mpirun).
+fn ompi_number(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
 /// Give rayon and candle an explicit thread count before any thread starts: with

@@ -43,17 +43,9 @@ pub fn network() -> MuZeroNetwork {
 pub fn replay() -> ReplayBuffer {
     let mut rng = rand::rngs::StdRng::seed_from_u64(3);
     let mut replay = ReplayBuffer::new(ReplayConfig {
-        capacity: 1000,
-        num_unroll_steps: 3,
-        td_steps: 3,
-        discount: 0.97,
         per_alpha: 1.0,
-        per_beta: 1.0,
         per_epsilon: 1e-3,
-        two_player: false,
-        max_bytes: 0,
-        td_age_transitions: 0,
-        symmetries: Vec::new(),
+        ..super::games::replay_config(1000, 3, 3, 0.97)
     });
     for _ in 0..5 {
         let mut game = GameHistory::new(4, 2, &[0.1, 0.2, 0.3, 0.4], 0);

@@ -15,6 +15,7 @@ use super::optimizer::{AdamW, AdamWConfig, LrSchedule};
 use crate::distributed::Collective;
 use crate::network::host_mlp::HostMlp;
 use crate::network::{MuZeroNetwork, NetworkError};
+use crate::op_count::read_f32;
 use crate::replay::Batch;
 
 /// Where bootstrap values of the n-step targets come from.
@@ -257,15 +258,10 @@ impl Learner {
                 .replicas
                 .split_first_mut()
                 .expect("one replica at least");
-            for which in [0, 1] {
-                let net = if which == 0 {
-                    &first.network
-                } else {
-                    &first.target
-                };
+            for net in [&first.network, &first.target] {
                 for (_, var) in net.params().named() {
                     let t = var.as_tensor();
-                    let mut flat = t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+                    let mut flat = read_f32(t)?;
                     collective.broadcast_f32(&mut flat)?;
                     let from_rank_0 =
                         Tensor::from_vec(flat, t.shape(), t.device())?.to_dtype(t.dtype())?;
@@ -274,14 +270,8 @@ impl Learner {
             }
             first.target_changed()?;
             for replica in others {
-                for (source, dest) in [
-                    (&first.network, &replica.network),
-                    (&first.target, &replica.target),
-                ] {
-                    for ((_, from), (_, to)) in source.params().named().zip(dest.params().named()) {
-                        to.set(&from.as_tensor().to_device(to.device())?)?;
-                    }
-                }
+                replica.network.params().copy_from(first.network.params())?;
+                replica.target.params().copy_from(first.target.params())?;
                 replica.target_changed()?;
             }
             #[cfg(feature = "nccl")]
@@ -299,11 +289,7 @@ impl Learner {
         };
         let mut worst = 0f32;
         for (_, var) in self.network().params().named() {
-            let mine = var
-                .as_tensor()
-                .flatten_all()?
-                .to_dtype(DType::F32)?
-                .to_vec1::<f32>()?;
+            let mine = read_f32(var.as_tensor())?;
             let mut theirs = mine.clone();
             collective.broadcast_f32(&mut theirs)?;
             for (a, b) in mine.iter().zip(&theirs) {
@@ -525,10 +511,17 @@ fn average_over_ranks(
     grads: &[Option<Tensor>],
     replicas: &[Replica],
 ) -> Result<Vec<Vec<Option<Tensor>>>, NetworkError> {
-    let mut flat = Vec::new();
-    for g in grads.iter().flatten() {
-        flat.extend(g.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?);
-    }
+    // All gradients in one device-to-host read.
+    let pieces = grads
+        .iter()
+        .flatten()
+        .map(|g| g.flatten_all()?.to_dtype(DType::F32))
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    let mut flat = if pieces.is_empty() {
+        Vec::new()
+    } else {
+        read_f32(&Tensor::cat(&pieces, 0)?)?
+    };
     collective.average_f32(&mut flat)?;
     let mut out = Vec::with_capacity(replicas.len());
     for replica in replicas {

@@ -58,6 +58,17 @@ impl candle_core::CustomOp1 for AllReduceAvg<'_> {
     }
 }
 
+/// The CUDA stream of each of `devices` (the one stream every thread shares per GPU).
+fn streams_of(
+    devices: &[Device],
+) -> candle_core::Result<Vec<std::sync::Arc<candle_core::cuda_backend::cudarc::driver::CudaStream>>>
+{
+    devices
+        .iter()
+        .map(|d| Ok(d.as_cuda_device()?.cuda_stream()))
+        .collect()
+}
+
 /// NCCL communicators, one per replica device.
 pub struct NcclReducer {
     comms: Vec<Comm>,
@@ -66,10 +77,7 @@ pub struct NcclReducer {
 impl NcclReducer {
     /// Communicators for `devices`, which must all be CUDA devices.
     pub fn new(devices: &[Device]) -> Result<Self, NetworkError> {
-        let streams = devices
-            .iter()
-            .map(|d| Ok(d.as_cuda_device()?.cuda_stream()))
-            .collect::<Result<Vec<_>, candle_core::Error>>()?;
+        let streams = streams_of(devices)?;
         let comms = Comm::from_devices(streams).map_err(|e| nccl_error("communicator setup", e))?;
         Ok(Self { comms })
     }
@@ -94,10 +102,7 @@ impl NcclReducer {
                 ),
             ));
         }
-        let streams = devices
-            .iter()
-            .map(|d| Ok(d.as_cuda_device()?.cuda_stream()))
-            .collect::<Result<Vec<_>, candle_core::Error>>()?;
+        let streams = streams_of(devices)?;
         // Rank 0's unique id, sent as one f32 per byte (exact).
         let mut id_bytes = [0f32; 128];
         if collective.rank() == 0 {

@@ -608,7 +608,7 @@ impl<'a> TrainingRun<'a> {
         let ranks = self.collective.as_ref().map_or(1, |c| c.size());
         let batch_size = self.config.training.batch_size / ranks;
         let t = &self.config.training;
-        let stats = if t.reanalyse_fraction > 0.0 {
+        let (batch, stats) = if t.reanalyse_fraction > 0.0 {
             let mut search = components::search_config(self.config, &self.env);
             if t.reanalyse_simulations > 0 {
                 search.num_simulations = t.reanalyse_simulations;
@@ -658,16 +658,14 @@ impl<'a> TrainingRun<'a> {
             let (next, searched) = next?;
             *reanalysed += searched as u64;
             *reanalysed_next = Some(next);
-            self.replay
-                .update_priorities(&batch.ids, &stats.priorities)?;
-            stats
+            (batch, stats)
         } else {
             let batch = self.replay.sample(batch_size, &mut self.sampler)?;
             let stats = self.learner.train_step(&batch)?;
-            self.replay
-                .update_priorities(&batch.ids, &stats.priorities)?;
-            stats
+            (batch, stats)
         };
+        self.replay
+            .update_priorities(&batch.ids, &stats.priorities)?;
         self.counters.training_steps += 1;
         let step = self.counters.training_steps;
         if step.is_multiple_of(10) {

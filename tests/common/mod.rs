@@ -1,4 +1,4 @@
-//! Helpers shared by the end-to-end tests of the `cumind` binary.
+//! Helpers shared by the end-to-end tests: driving the `cumind` binary, loading presets.
 #![allow(dead_code)] // each test crate uses a different subset
 
 use std::io::{BufRead, BufReader, Read};
@@ -43,6 +43,18 @@ pub fn assert_fails_with(out: &Output, needle: &str) {
 /// The path of a preset in agents/.
 pub fn preset(name: &str) -> String {
     format!("{}/agents/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The Catch preset as `cumind --config agents/catch.json` loads it, with `extra`
+/// `section.key=value` overrides.
+pub fn catch_config(extra: &[&str]) -> cumind::config::Config {
+    cumind::config::Config::load(&cumind::config::ConfigSources {
+        files: vec![std::path::PathBuf::from(preset("catch.json"))],
+        text: None,
+        env_vars: Vec::new(),
+        sets: extra.iter().map(|s| s.to_string()).collect(),
+    })
+    .unwrap()
 }
 
 /// `--set` before each of `keys` (`["a=1", "b=2"]` -> `["--set", "a=1", "--set", "b=2"]`).
