@@ -129,7 +129,7 @@ fn sum(a: &[f32]) -> f32 {
 }
 
 /// Writes `(row - mean) / sqrt(var + eps)` into `xhat`; returns 1 / sqrt(var + eps).
-pub(super) fn standardize_row(row: &[f32], eps: f32, xhat: &mut [f32]) -> f32 {
+pub(crate) fn standardize_row(row: &[f32], eps: f32, xhat: &mut [f32]) -> f32 {
     let n = row.len() as f32;
     let mean = sum(row) / n;
     for (h, &v) in xhat.iter_mut().zip(row) {
@@ -140,6 +140,49 @@ pub(super) fn standardize_row(row: &[f32], eps: f32, xhat: &mut [f32]) -> f32 {
         *h *= rstd;
     }
     rstd
+}
+
+/// Layer norm of each row of `x` (rows of `gamma.len()` values) into `out`.
+pub(crate) fn layer_norm_rows(x: &[f32], gamma: &[f32], beta: &[f32], eps: f32, out: &mut [f32]) {
+    let d = gamma.len();
+    for (row, o) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+        standardize_row(row, eps, o);
+        for i in 0..d {
+            o[i] = o[i] * gamma[i] + beta[i];
+        }
+    }
+}
+
+/// The backward pass of [`layer_norm_rows`]: writes `dx` from the output gradient `dy` and
+/// the input `x`, and adds the scale's and shift's gradients to `dgamma` and `dbeta`.
+pub(crate) fn layer_norm_backward_rows(
+    dy: &[f32],
+    x: &[f32],
+    gamma: &[f32],
+    eps: f32,
+    dx: &mut [f32],
+    dgamma: &mut [f32],
+    dbeta: &mut [f32],
+) {
+    let d = gamma.len();
+    let (mut xhat, mut g) = (vec![0f32; d], vec![0f32; d]);
+    for ((row, dy_row), dx_row) in x
+        .chunks_exact(d)
+        .zip(dy.chunks_exact(d))
+        .zip(dx.chunks_exact_mut(d))
+    {
+        let rstd = standardize_row(row, eps, &mut xhat);
+        for i in 0..d {
+            g[i] = dy_row[i] * gamma[i];
+            dgamma[i] += dy_row[i] * xhat[i];
+            dbeta[i] += dy_row[i];
+        }
+        let mean_g = sum(&g) / d as f32;
+        let mean_gx = dot(&g, &xhat) / d as f32;
+        for i in 0..d {
+            dx_row[i] = rstd * (g[i] - mean_g - xhat[i] * mean_gx);
+        }
+    }
 }
 
 struct LayerNorm {
@@ -169,12 +212,7 @@ impl CustomOp3 for LayerNorm {
             );
         }
         let mut out = vec![0f32; x.len()];
-        for (row, o) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
-            standardize_row(row, self.eps, o);
-            for i in 0..d {
-                o[i] = o[i] * gamma[i] + beta[i];
-            }
-        }
+        layer_norm_rows(x, gamma, beta, self.eps, &mut out);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -223,24 +261,7 @@ impl CustomOp3 for LayerNormBackward {
         let mut out = vec![0f32; n + 2 * d];
         let (dx, params) = out.split_at_mut(n);
         let (dgamma, dbeta) = params.split_at_mut(d);
-        let (mut xhat, mut g) = (vec![0f32; d], vec![0f32; d]);
-        for ((row, dy_row), dx_row) in x
-            .chunks_exact(d)
-            .zip(dy.chunks_exact(d))
-            .zip(dx.chunks_exact_mut(d))
-        {
-            let rstd = standardize_row(row, self.eps, &mut xhat);
-            for i in 0..d {
-                g[i] = dy_row[i] * gamma[i];
-                dgamma[i] += dy_row[i] * xhat[i];
-                dbeta[i] += dy_row[i];
-            }
-            let mean_g = sum(&g) / d as f32;
-            let mean_gx = dot(&g, &xhat) / d as f32;
-            for i in 0..d {
-                dx_row[i] = rstd * (g[i] - mean_g - xhat[i] * mean_gx);
-            }
-        }
+        layer_norm_backward_rows(dy, x, gamma, self.eps, dx, dgamma, dbeta);
         let len = out.len();
         Ok((CpuStorage::F32(out), Shape::from(len)))
     }
@@ -396,7 +417,7 @@ pub fn soft_cross_entropy(logits: &Tensor, targets: &Tensor) -> candle_core::Res
 }
 
 /// Maximum and log-sum-exp of one row.
-fn row_log_sum_exp(row: &[f32]) -> (f32, f32) {
+pub(crate) fn row_log_sum_exp(row: &[f32]) -> (f32, f32) {
     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let sum: f32 = row.iter().map(|v| (v - max).exp()).sum();
     (max, max + sum.ln())

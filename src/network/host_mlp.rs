@@ -23,13 +23,39 @@ const SPLIT_ROWS: usize = 64;
 
 /// `dst[m, n] += lhs[m, k] * rhs[k, n]`, all row-major and contiguous.
 fn matmul_add(m: usize, k: usize, n: usize, lhs: &[f32], rhs: &[f32], dst: &mut [f32]) {
-    assert!(lhs.len() >= m * k && rhs.len() >= k * n && dst.len() >= m * n);
-    if m == 0 || n == 0 || k == 0 {
+    gemm_strided(m, n, k, (lhs, k, 1), (rhs, n, 1), dst, true);
+}
+
+/// `dst[m, n] (+)= A B` with `dst` row-major and contiguous, `A[i, p] = lhs[i * rs + p * cs]`
+/// and `B[p, j] = rhs[p * rs + j * cs]` (each operand given as `(values, row stride, column
+/// stride)`, so a transposed operand needs no copy). `accumulate` adds to `dst`'s values;
+/// otherwise they are overwritten.
+pub(crate) fn gemm_strided(
+    m: usize,
+    n: usize,
+    k: usize,
+    lhs: (&[f32], usize, usize),
+    rhs: (&[f32], usize, usize),
+    dst: &mut [f32],
+    accumulate: bool,
+) {
+    let last = |rows: usize, cols: usize, (_, rs, cs): (&[f32], usize, usize)| {
+        (rows - 1) * rs + (cols - 1) * cs
+    };
+    assert!(dst.len() >= m * n);
+    if m == 0 || n == 0 {
         return;
     }
-    // SAFETY: the three buffers hold at least m*k, k*n and m*n elements (asserted above), the
-    // strides below describe row-major layouts within them, and `dst` does not alias the
-    // inputs (a `&mut` borrow).
+    if k == 0 {
+        if !accumulate {
+            dst[..m * n].fill(0.0);
+        }
+        return;
+    }
+    assert!(last(m, k, lhs) < lhs.0.len() && last(k, n, rhs) < rhs.0.len());
+    // SAFETY: every element the strides reach lies within its buffer (asserted above: the
+    // largest index of each operand), `dst` holds m*n row-major elements, and `dst` does not
+    // alias the inputs (a `&mut` borrow).
     unsafe {
         gemm::gemm(
             m,
@@ -38,13 +64,13 @@ fn matmul_add(m: usize, k: usize, n: usize, lhs: &[f32], rhs: &[f32], dst: &mut 
             dst.as_mut_ptr(),
             1,
             n as isize,
-            true,
-            lhs.as_ptr(),
-            1,
-            k as isize,
-            rhs.as_ptr(),
-            1,
-            n as isize,
+            accumulate,
+            lhs.0.as_ptr(),
+            lhs.2 as isize,
+            lhs.1 as isize,
+            rhs.0.as_ptr(),
+            rhs.2 as isize,
+            rhs.1 as isize,
             1.0f32,
             1.0f32,
             false,
@@ -56,7 +82,7 @@ fn matmul_add(m: usize, k: usize, n: usize, lhs: &[f32], rhs: &[f32], dst: &mut 
 }
 
 /// The f32 elements of a CPU tensor (a copy, made without candle ops).
-fn host_values(t: &Tensor) -> Result<Vec<f32>, NetworkError> {
+pub(crate) fn host_values(t: &Tensor) -> Result<Vec<f32>, NetworkError> {
     let (storage, layout) = t.storage_and_layout();
     let Storage::Cpu(cpu) = &*storage else {
         return Err(NetworkError::Candle(candle_core::Error::Msg(

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 
+use super::host_loss;
 use super::loss::{unrolled_loss_with, LossOutput, LossValues, LossWeights};
 use super::optimizer::{AdamW, AdamWConfig, LrSchedule};
 use crate::distributed::Collective;
@@ -148,13 +149,26 @@ impl Replica {
         }
     }
 
-    /// Loss and gradients (in parameter order) of `batch` on this replica.
+    /// Loss and gradients (in parameter order) of `batch` on this replica: on host buffers
+    /// where [`host_loss::supports`] the network, otherwise with tensors and autograd.
     fn gradients(
         &self,
         batch: &Batch,
         config: &LearnerConfig,
     ) -> Result<ReplicaResult, NetworkError> {
         let targets = self.value_targets(batch, config.value_target)?;
+        if host_loss::supports(&self.network, config.consistency_loss_weight) {
+            let host = host_loss::host_unrolled_loss(
+                &self.network,
+                batch,
+                &targets,
+                config.value_loss_weight,
+            )?;
+            return Ok(ReplicaResult {
+                grads: host.gradients,
+                loss: ReplicaLoss::Host(host.values),
+            });
+        }
         let network = self.network.training_view()?;
         let loss = unrolled_loss_with(
             &network,
@@ -168,15 +182,41 @@ impl Replica {
         let grads = loss.total.backward()?;
         Ok(ReplicaResult {
             grads: self.optimizer.gradients(&grads),
-            loss,
+            loss: ReplicaLoss::Device(loss),
         })
     }
 }
 
-/// A replica's gradients and its loss, still on its device (read after the update).
+/// A replica's gradients and its loss (read after the update).
 struct ReplicaResult {
     grads: Vec<Option<Tensor>>,
-    loss: LossOutput,
+    loss: ReplicaLoss,
+}
+
+/// A replica's loss: still on its device, or already on the host.
+enum ReplicaLoss {
+    Device(LossOutput),
+    Host(LossValues),
+}
+
+impl ReplicaLoss {
+    /// The loss's values, with the scalar tensors `extra` read beside them.
+    fn read(&self, network: &MuZeroNetwork, extra: &[&Tensor]) -> Result<LossValues, NetworkError> {
+        match self {
+            ReplicaLoss::Device(loss) => loss.read(network, extra),
+            ReplicaLoss::Host(values) => {
+                let mut values = values.clone();
+                if !extra.is_empty() {
+                    let pieces = extra
+                        .iter()
+                        .map(|t| t.to_dtype(DType::F32)?.reshape(1))
+                        .collect::<candle_core::Result<Vec<_>>>()?;
+                    values.extra = read_f32(&Tensor::cat(&pieces, 0)?)?;
+                }
+                Ok(values)
+            }
+        }
+    }
 }
 
 /// Owns the trainable network(s) and everything needed to update them.

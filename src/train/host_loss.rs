@@ -1,0 +1,1024 @@
+//! The unrolled loss of [`super::loss`] and its gradients, for MLP networks computing in f32
+//! on the CPU, on plain host buffers: a forward pass that keeps what the backward pass needs,
+//! then the backward pass written out by hand, layer by layer.
+//!
+//! At the default sizes (batch 128, K = 5, layers 64 wide) a training step through candle is
+//! about 2,000 tensors, each with its allocation, dispatch and autograd bookkeeping, around
+//! roughly 100 MFLOP of arithmetic. Here a step is the same matrix products (`gemm`) and
+//! element-wise loops over buffers, and nothing else. It computes the same function as
+//! [`super::loss::unrolled_loss_with`] (same layers, same masks and weights, the gradient into
+//! the dynamics halved), to float rounding (tested against it parameter by parameter). The
+//! consistency loss, conv networks, other dtypes and CUDA keep the tensor path
+//! ([`supports`]).
+
+use std::collections::HashMap;
+
+use candle_core::{Device, Tensor};
+
+use super::loss::LossValues;
+use crate::network::fused::{layer_norm_backward_rows, layer_norm_rows, row_log_sum_exp};
+use crate::network::host_mlp::{gemm_strided, host_values, HostMlp};
+use crate::network::{MuZeroNetwork, NetworkError};
+use crate::replay::Batch;
+
+const LAYER_NORM_EPS: f32 = 1e-5;
+/// Added to `max - min` by the latent's min-max scaling (as `layers::min_max_scale`).
+const MIN_MAX_EPS: f32 = 1e-5;
+/// The gradient entering the dynamics is scaled by this (MuZero's appendix G).
+const DYNAMICS_GRADIENT_SCALE: f32 = 0.5;
+
+/// Whether [`host_unrolled_loss`] computes the loss of `network` with a consistency loss of
+/// `consistency_weight`: MLP networks computing in f32 on the CPU (with the CPU fast paths
+/// on), without the consistency loss (it needs the projection heads, which stay on tensors).
+pub fn supports(network: &MuZeroNetwork, consistency_weight: f64) -> bool {
+    HostMlp::supports(network) && (consistency_weight <= 0.0 || network.spec().projection_dim == 0)
+}
+
+/// The loss values of one batch and the gradients of the total, per parameter.
+pub struct HostLoss {
+    /// As [`super::loss::LossOutput::read`] gives them (`extra` empty).
+    pub values: LossValues,
+    /// In the network's parameter order; `None` for parameters the loss does not reach (the
+    /// projection heads).
+    pub gradients: Vec<Option<Tensor>>,
+}
+
+/// `y = x W^T + b` with `W` `[out, in]` as stored, and its gradients.
+#[derive(Clone)]
+struct Linear {
+    name: String,
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+    inputs: usize,
+    outputs: usize,
+    grad_weight: Vec<f32>,
+    grad_bias: Vec<f32>,
+}
+
+impl Linear {
+    fn load(params: &Params, name: &str) -> Result<Self, NetworkError> {
+        let weight_name = format!("{name}.weight");
+        let (outputs, inputs) = params.tensor(&weight_name)?.dims2()?;
+        let weight = params.values(&weight_name)?;
+        let bias = params.values(&format!("{name}.bias"))?;
+        Ok(Self {
+            name: name.to_string(),
+            grad_weight: vec![0.0; weight.len()],
+            grad_bias: vec![0.0; bias.len()],
+            weight,
+            bias,
+            inputs,
+            outputs,
+        })
+    }
+
+    /// `x`: `[rows, inputs]` -> `[rows, outputs]`.
+    fn forward(&self, x: &[f32], rows: usize) -> Vec<f32> {
+        let mut out = Vec::with_capacity(rows * self.outputs);
+        for _ in 0..rows {
+            out.extend_from_slice(&self.bias);
+        }
+        // B[p, j] = W[j, p]: row stride 1, column stride `inputs`.
+        gemm_strided(
+            rows,
+            self.outputs,
+            self.inputs,
+            (x, self.inputs, 1),
+            (&self.weight, 1, self.inputs),
+            &mut out,
+            true,
+        );
+        out
+    }
+
+    /// Adds the gradients of `W` and `b` for input `x` and output gradient `dy`; returns the
+    /// input's gradient when `want_input`.
+    fn backward(&mut self, x: &[f32], dy: &[f32], rows: usize, want_input: bool) -> Vec<f32> {
+        // dW[o, i] += sum_r dy[r, o] x[r, i]: A = dy^T (row stride 1, column stride outputs).
+        gemm_strided(
+            self.outputs,
+            self.inputs,
+            rows,
+            (dy, 1, self.outputs),
+            (x, self.inputs, 1),
+            &mut self.grad_weight,
+            true,
+        );
+        for row in dy.chunks_exact(self.outputs) {
+            for (g, d) in self.grad_bias.iter_mut().zip(row) {
+                *g += d;
+            }
+        }
+        if !want_input {
+            return Vec::new();
+        }
+        let mut dx = vec![0f32; rows * self.inputs];
+        gemm_strided(
+            rows,
+            self.inputs,
+            self.outputs,
+            (dy, self.outputs, 1),
+            (&self.weight, self.inputs, 1),
+            &mut dx,
+            false,
+        );
+        dx
+    }
+
+    fn gradients(self, out: &mut HashMap<String, Vec<f32>>) {
+        out.insert(format!("{}.weight", self.name), self.grad_weight);
+        out.insert(format!("{}.bias", self.name), self.grad_bias);
+    }
+}
+
+/// Layer norm with a learned scale and shift, and their gradients.
+#[derive(Clone)]
+struct Norm {
+    name: String,
+    gamma: Vec<f32>,
+    beta: Vec<f32>,
+    grad_gamma: Vec<f32>,
+    grad_beta: Vec<f32>,
+}
+
+impl Norm {
+    fn load(params: &Params, name: &str) -> Result<Self, NetworkError> {
+        let gamma = params.values(&format!("{name}.weight"))?;
+        let beta = params.values(&format!("{name}.bias"))?;
+        Ok(Self {
+            name: name.to_string(),
+            grad_gamma: vec![0.0; gamma.len()],
+            grad_beta: vec![0.0; beta.len()],
+            gamma,
+            beta,
+        })
+    }
+
+    fn forward(&self, z: &[f32]) -> Vec<f32> {
+        let mut out = vec![0f32; z.len()];
+        layer_norm_rows(z, &self.gamma, &self.beta, LAYER_NORM_EPS, &mut out);
+        out
+    }
+
+    /// The input's gradient for input `z` and output gradient `dy` (adds the scale's and
+    /// shift's).
+    fn backward(&mut self, z: &[f32], dy: &[f32]) -> Vec<f32> {
+        let mut dz = vec![0f32; z.len()];
+        layer_norm_backward_rows(
+            dy,
+            z,
+            &self.gamma,
+            LAYER_NORM_EPS,
+            &mut dz,
+            &mut self.grad_gamma,
+            &mut self.grad_beta,
+        );
+        dz
+    }
+
+    fn gradients(self, out: &mut HashMap<String, Vec<f32>>) {
+        out.insert(format!("{}.weight", self.name), self.grad_gamma);
+        out.insert(format!("{}.bias", self.name), self.grad_beta);
+    }
+}
+
+fn relu_in_place(x: &mut [f32]) {
+    for v in x {
+        *v = v.max(0.0);
+    }
+}
+
+/// `grad` zeroed where the ReLU's output `out` is not positive.
+fn relu_backward(out: &[f32], grad: &mut [f32]) {
+    for (g, &o) in grad.iter_mut().zip(out) {
+        if o <= 0.0 {
+            *g = 0.0;
+        }
+    }
+}
+
+fn add_into(dst: &mut [f32], src: &[f32]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d += s;
+    }
+}
+
+/// `Linear -> LayerNorm -> ReLU`, then residual blocks `relu(x + LN(W2 relu(LN(W1 x))))`
+/// (`layers::Trunk`).
+#[derive(Clone)]
+struct Trunk {
+    input: (Linear, Norm),
+    blocks: Vec<Block>,
+}
+
+#[derive(Clone)]
+struct Block {
+    first: Linear,
+    first_norm: Norm,
+    second: Linear,
+    norm: Norm,
+}
+
+/// What one trunk call keeps for its backward pass (its input is kept by the caller).
+struct TrunkTrace {
+    /// The input layer's product, before its norm.
+    z: Vec<f32>,
+    /// The input layer's output (after the ReLU).
+    a: Vec<f32>,
+    blocks: Vec<BlockTrace>,
+}
+
+struct BlockTrace {
+    z1: Vec<f32>,
+    f: Vec<f32>,
+    z2: Vec<f32>,
+    out: Vec<f32>,
+}
+
+impl TrunkTrace {
+    fn output(&self) -> &[f32] {
+        self.blocks.last().map_or(&self.a, |b| &b.out)
+    }
+}
+
+impl Trunk {
+    fn load(params: &Params, name: &str, num_blocks: usize) -> Result<Self, NetworkError> {
+        let input = (
+            Linear::load(params, &format!("{name}.input.linear"))?,
+            Norm::load(params, &format!("{name}.input.norm"))?,
+        );
+        let blocks = (0..num_blocks)
+            .map(|i| {
+                let block = format!("{name}.block{i}");
+                Ok(Block {
+                    first: Linear::load(params, &format!("{block}.first.linear"))?,
+                    first_norm: Norm::load(params, &format!("{block}.first.norm"))?,
+                    second: Linear::load(params, &format!("{block}.second"))?,
+                    norm: Norm::load(params, &format!("{block}.norm"))?,
+                })
+            })
+            .collect::<Result<_, NetworkError>>()?;
+        Ok(Self { input, blocks })
+    }
+
+    fn forward(&self, x: &[f32], rows: usize) -> TrunkTrace {
+        let z = self.input.0.forward(x, rows);
+        let mut a = self.input.1.forward(&z);
+        relu_in_place(&mut a);
+        let mut blocks: Vec<BlockTrace> = Vec::with_capacity(self.blocks.len());
+        for block in &self.blocks {
+            let input = blocks.last().map_or(&a, |b| &b.out);
+            let z1 = block.first.forward(input, rows);
+            let mut f = block.first_norm.forward(&z1);
+            relu_in_place(&mut f);
+            let z2 = block.second.forward(&f, rows);
+            let mut out = block.norm.forward(&z2);
+            for (o, x) in out.iter_mut().zip(input) {
+                *o = (*o + x).max(0.0);
+            }
+            blocks.push(BlockTrace { z1, f, z2, out });
+        }
+        TrunkTrace { z, a, blocks }
+    }
+
+    /// Adds every parameter's gradient for input `x` and output gradient `dout`; returns the
+    /// input's gradient when `want_input`.
+    fn backward(
+        &mut self,
+        x: &[f32],
+        trace: &TrunkTrace,
+        mut dout: Vec<f32>,
+        rows: usize,
+        want_input: bool,
+    ) -> Vec<f32> {
+        for (i, block) in self.blocks.iter_mut().enumerate().rev() {
+            let t = &trace.blocks[i];
+            let input = if i == 0 {
+                &trace.a
+            } else {
+                &trace.blocks[i - 1].out
+            };
+            // out = relu(input + LN(z2)): the ReLU's gradient reaches both summands.
+            relu_backward(&t.out, &mut dout);
+            let dz2 = block.norm.backward(&t.z2, &dout);
+            let mut df = block.second.backward(&t.f, &dz2, rows, true);
+            relu_backward(&t.f, &mut df);
+            let dz1 = block.first_norm.backward(&t.z1, &df);
+            let dinput = block.first.backward(input, &dz1, rows, true);
+            add_into(&mut dout, &dinput);
+        }
+        relu_backward(&trace.a, &mut dout);
+        let dz = self.input.1.backward(&trace.z, &dout);
+        self.input.0.backward(x, &dz, rows, want_input)
+    }
+
+    fn gradients(self, out: &mut HashMap<String, Vec<f32>>) {
+        self.input.0.gradients(out);
+        self.input.1.gradients(out);
+        for block in self.blocks {
+            block.first.gradients(out);
+            block.first_norm.gradients(out);
+            block.second.gradients(out);
+            block.norm.gradients(out);
+        }
+    }
+}
+
+/// Rows scaled to [0, 1]: `(u - min) / (max - min + eps)` (`layers::min_max_scale`).
+fn min_max_scale(u: &[f32], width: usize) -> Vec<f32> {
+    let mut out = u.to_vec();
+    for row in out.chunks_exact_mut(width) {
+        let (min, max) = row_min_max(row);
+        let scale = max - min + MIN_MAX_EPS;
+        for v in row {
+            *v = (*v - min) / scale;
+        }
+    }
+    out
+}
+
+fn row_min_max(row: &[f32]) -> (f32, f32) {
+    row.iter()
+        .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
+            (lo.min(v), hi.max(v))
+        })
+}
+
+/// The gradient of [`min_max_scale`]'s input `u`, given its output `y` and the output's
+/// gradient `dy`. As candle's `min`/`max` do, every element equal to the row's minimum
+/// (maximum) receives the minimum's (maximum's) whole gradient.
+fn min_max_scale_backward(u: &[f32], y: &[f32], dy: &[f32], width: usize) -> Vec<f32> {
+    let mut du = vec![0f32; u.len()];
+    for ((u, y), (dy, du)) in u
+        .chunks_exact(width)
+        .zip(y.chunks_exact(width))
+        .zip(dy.chunks_exact(width).zip(du.chunks_exact_mut(width)))
+    {
+        let (min, max) = row_min_max(u);
+        let scale = max - min + MIN_MAX_EPS;
+        // y = (u - min) / scale: d/dmin = (y - 1) / scale, d/dmax = -y / scale.
+        let (mut dmin, mut dmax) = (0f32, 0f32);
+        for j in 0..width {
+            dmin += dy[j] * (y[j] - 1.0);
+            dmax -= dy[j] * y[j];
+            du[j] = dy[j] / scale;
+        }
+        for j in 0..width {
+            if u[j] == min {
+                du[j] += dmin / scale;
+            }
+            if u[j] == max {
+                du[j] += dmax / scale;
+            }
+        }
+    }
+    du
+}
+
+/// For each row, the soft-target cross-entropy `-sum_j t_j log_softmax(l)_j` into `losses`,
+/// and its gradient times `coefficients[row]` into `dlogits`.
+fn soft_cross_entropy(
+    logits: &[f32],
+    targets: &[f32],
+    width: usize,
+    coefficients: &[f32],
+    losses: &mut [f32],
+    dlogits: &mut [f32],
+) {
+    for (((row, t), (loss, c)), d) in logits
+        .chunks_exact(width)
+        .zip(targets.chunks_exact(width))
+        .zip(losses.iter_mut().zip(coefficients))
+        .zip(dlogits.chunks_exact_mut(width))
+    {
+        let (_, lse) = row_log_sum_exp(row);
+        let mass: f32 = t.iter().sum();
+        *loss = row.iter().zip(t).map(|(l, t)| t * (lse - l)).sum();
+        for j in 0..width {
+            d[j] = c * ((row[j] - lse).exp() * mass - t[j]);
+        }
+    }
+}
+
+/// The network's parameters, by name, read from their storage.
+struct Params(HashMap<String, Tensor>);
+
+impl Params {
+    fn tensor(&self, name: &str) -> Result<&Tensor, NetworkError> {
+        self.0
+            .get(name)
+            .ok_or_else(|| NetworkError::MissingParameter(name.to_string()))
+    }
+
+    fn values(&self, name: &str) -> Result<Vec<f32>, NetworkError> {
+        host_values(self.tensor(name)?)
+    }
+}
+
+/// A head on a trunk's output: `second(relu(first(h)))`.
+#[derive(Clone)]
+struct Head {
+    first: Linear,
+    second: Linear,
+}
+
+struct HeadTrace {
+    /// `relu(first(h))`.
+    hidden: Vec<f32>,
+    logits: Vec<f32>,
+}
+
+impl Head {
+    fn load(params: &Params, first: &str, second: &str) -> Result<Self, NetworkError> {
+        Ok(Self {
+            first: Linear::load(params, first)?,
+            second: Linear::load(params, second)?,
+        })
+    }
+
+    fn forward(&self, h: &[f32], rows: usize) -> HeadTrace {
+        let mut hidden = self.first.forward(h, rows);
+        relu_in_place(&mut hidden);
+        let logits = self.second.forward(&hidden, rows);
+        HeadTrace { hidden, logits }
+    }
+
+    /// The gradient of `h` from the logits' gradient `dlogits`.
+    fn backward(&mut self, h: &[f32], trace: &HeadTrace, dlogits: &[f32], rows: usize) -> Vec<f32> {
+        let mut dhidden = self.second.backward(&trace.hidden, dlogits, rows, true);
+        relu_backward(&trace.hidden, &mut dhidden);
+        self.first.backward(h, &dhidden, rows, true)
+    }
+
+    fn gradients(self, out: &mut HashMap<String, Vec<f32>>) {
+        self.first.gradients(out);
+        self.second.gradients(out);
+    }
+}
+
+/// The three MLP networks with gradient buffers.
+#[derive(Clone)]
+struct Networks {
+    latent_dim: usize,
+    num_actions: usize,
+    representation: (Trunk, Linear),
+    /// Trunk, `latent_out`, reward head.
+    dynamics: (Trunk, Linear, Head),
+    /// Trunk, `policy_out`, value head.
+    prediction: (Trunk, Linear, Head),
+}
+
+/// What the representation or a dynamics call keeps: its input, trunk, pre-scaling latent
+/// and the scaled latent.
+struct LatentTrace {
+    input: Vec<f32>,
+    trunk: TrunkTrace,
+    unscaled: Vec<f32>,
+    latent: Vec<f32>,
+}
+
+struct PredictionTrace {
+    trunk: TrunkTrace,
+    policy_logits: Vec<f32>,
+    value: HeadTrace,
+}
+
+impl Networks {
+    fn load(network: &MuZeroNetwork) -> Result<Self, NetworkError> {
+        let spec = network.spec();
+        let params = Params(
+            network
+                .params()
+                .named()
+                .map(|(name, var)| (name.clone(), var.as_tensor().clone()))
+                .collect(),
+        );
+        let blocks = spec.num_blocks;
+        Ok(Self {
+            latent_dim: spec.latent_dim,
+            num_actions: spec.num_actions,
+            representation: (
+                Trunk::load(&params, "representation.trunk", blocks)?,
+                Linear::load(&params, "representation.out")?,
+            ),
+            dynamics: (
+                Trunk::load(&params, "dynamics.trunk", blocks)?,
+                Linear::load(&params, "dynamics.latent_out")?,
+                Head::load(&params, "dynamics.reward_hidden", "dynamics.reward_out")?,
+            ),
+            prediction: (
+                Trunk::load(&params, "prediction.trunk", blocks)?,
+                Linear::load(&params, "prediction.policy_out")?,
+                Head::load(&params, "prediction.value_hidden", "prediction.value_out")?,
+            ),
+        })
+    }
+
+    fn represent(&self, observations: Vec<f32>, rows: usize) -> LatentTrace {
+        let (trunk, out) = &self.representation;
+        let trace = trunk.forward(&observations, rows);
+        let unscaled = out.forward(trace.output(), rows);
+        let latent = min_max_scale(&unscaled, self.latent_dim);
+        LatentTrace {
+            input: observations,
+            trunk: trace,
+            unscaled,
+            latent,
+        }
+    }
+
+    /// The dynamics from `latent` with `actions` (checked against the action count); the
+    /// reward head's trace beside it.
+    fn dynamics(
+        &self,
+        latent: &[f32],
+        actions: &[usize],
+    ) -> Result<(LatentTrace, HeadTrace), NetworkError> {
+        let (l, a, rows) = (self.latent_dim, self.num_actions, actions.len());
+        let mut input = Vec::with_capacity(rows * (l + a));
+        for (row, &action) in latent.chunks_exact(l).zip(actions) {
+            if action >= a {
+                return Err(NetworkError::ActionOutOfRange {
+                    action,
+                    num_actions: a,
+                });
+            }
+            input.extend_from_slice(row);
+            input.extend((0..a).map(|j| if j == action { 1.0 } else { 0.0 }));
+        }
+        let (trunk, latent_out, reward) = &self.dynamics;
+        let trace = trunk.forward(&input, rows);
+        let unscaled = latent_out.forward(trace.output(), rows);
+        let next = min_max_scale(&unscaled, l);
+        let reward = reward.forward(trace.output(), rows);
+        Ok((
+            LatentTrace {
+                input,
+                trunk: trace,
+                unscaled,
+                latent: next,
+            },
+            reward,
+        ))
+    }
+
+    fn predict(&self, latent: &[f32], rows: usize) -> PredictionTrace {
+        let (trunk, policy_out, value) = &self.prediction;
+        let trace = trunk.forward(latent, rows);
+        let policy_logits = policy_out.forward(trace.output(), rows);
+        let value = value.forward(trace.output(), rows);
+        PredictionTrace {
+            trunk: trace,
+            policy_logits,
+            value,
+        }
+    }
+
+    /// The latent's gradient from the prediction's logit gradients.
+    fn predict_backward(
+        &mut self,
+        latent: &[f32],
+        trace: &PredictionTrace,
+        dpolicy: &[f32],
+        dvalue: &[f32],
+        rows: usize,
+    ) -> Vec<f32> {
+        let (trunk, policy_out, value) = &mut self.prediction;
+        let h = trace.trunk.output();
+        let mut dh = policy_out.backward(h, dpolicy, rows, true);
+        add_into(&mut dh, &value.backward(h, &trace.value, dvalue, rows));
+        trunk.backward(latent, &trace.trunk, dh, rows, true)
+    }
+
+    /// The input latent's gradient (before the dynamics' gradient scale) from the next
+    /// latent's gradient and the reward logits' gradient.
+    fn dynamics_backward(
+        &mut self,
+        trace: &LatentTrace,
+        reward: &HeadTrace,
+        dlatent: &[f32],
+        dreward: &[f32],
+        rows: usize,
+    ) -> Vec<f32> {
+        let l = self.latent_dim;
+        let (trunk, latent_out, reward_head) = &mut self.dynamics;
+        let h = trace.trunk.output();
+        let dunscaled = min_max_scale_backward(&trace.unscaled, &trace.latent, dlatent, l);
+        let mut dh = latent_out.backward(h, &dunscaled, rows, true);
+        add_into(&mut dh, &reward_head.backward(h, reward, dreward, rows));
+        let dinput = trunk.backward(&trace.input, &trace.trunk, dh, rows, true);
+        let width = l + self.num_actions;
+        dinput
+            .chunks_exact(width)
+            .flat_map(|row| row[..l].iter().copied())
+            .collect()
+    }
+
+    fn representation_backward(&mut self, trace: &LatentTrace, dlatent: &[f32], rows: usize) {
+        let (trunk, out) = &mut self.representation;
+        let dunscaled =
+            min_max_scale_backward(&trace.unscaled, &trace.latent, dlatent, self.latent_dim);
+        let dh = out.backward(trace.trunk.output(), &dunscaled, rows, true);
+        trunk.backward(&trace.input, &trace.trunk, dh, rows, false);
+    }
+
+    fn gradients(self) -> HashMap<String, Vec<f32>> {
+        let mut out = HashMap::new();
+        self.representation.0.gradients(&mut out);
+        self.representation.1.gradients(&mut out);
+        self.dynamics.0.gradients(&mut out);
+        self.dynamics.1.gradients(&mut out);
+        self.dynamics.2.gradients(&mut out);
+        self.prediction.0.gradients(&mut out);
+        self.prediction.1.gradients(&mut out);
+        self.prediction.2.gradients(&mut out);
+        out
+    }
+}
+
+/// The rows of step `k` of a `[B, K+1, n]` sample-major array.
+fn step_rows(data: &[f32], b: usize, steps: usize, k: usize, n: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(b * n);
+    for i in 0..b {
+        let at = (i * steps + k) * n;
+        out.extend_from_slice(&data[at..at + n]);
+    }
+    out
+}
+
+/// Batches of at least this many rows run as two halves side by side (rayon), a fixed split
+/// whatever the number of threads, so a seed gives the same result on any machine.
+const SPLIT_ROWS: usize = 64;
+
+/// [`super::loss::unrolled_loss`] of `batch` with `target_values` (`[B * (K+1)]`) and its
+/// gradients, on host buffers. `network` must be one [`supports`] accepts.
+pub fn host_unrolled_loss(
+    network: &MuZeroNetwork,
+    batch: &Batch,
+    target_values: &[f32],
+    value_loss_weight: f64,
+) -> Result<HostLoss, NetworkError> {
+    if !HostMlp::supports(network) {
+        return Err(NetworkError::Candle(candle_core::Error::Msg(
+            "host training needs an MLP network computing in f32 on the CPU".into(),
+        )));
+    }
+    let nets = Networks::load(network)?;
+    let b = batch.batch_size;
+    let (values, mut by_name) = match batch.split(2).filter(|_| b >= SPLIT_ROWS) {
+        Some(halves) => {
+            let (first_targets, second_targets) =
+                target_values.split_at(b / 2 * (batch.num_unroll_steps + 1));
+            let second_nets = nets.clone();
+            let (first, second) = rayon::join(
+                || {
+                    rows_loss(
+                        network,
+                        nets,
+                        &halves[0],
+                        first_targets,
+                        value_loss_weight,
+                        b,
+                    )
+                },
+                || {
+                    rows_loss(
+                        network,
+                        second_nets,
+                        &halves[1],
+                        second_targets,
+                        value_loss_weight,
+                        b,
+                    )
+                },
+            );
+            let ((mut values, mut grads), (more, more_grads)) = (first?, second?);
+            values.total += more.total;
+            values.value += more.value;
+            values.reward += more.reward;
+            values.policy += more.policy;
+            values.priorities.extend(more.priorities);
+            for (name, g) in more_grads {
+                if let Some(sum) = grads.get_mut(&name) {
+                    add_into(sum, &g);
+                }
+            }
+            (values, grads)
+        }
+        None => rows_loss(network, nets, batch, target_values, value_loss_weight, b)?,
+    };
+    let gradients = network
+        .params()
+        .named()
+        .map(|(name, var)| match by_name.remove(name) {
+            Some(g) => Ok(Some(Tensor::from_vec(g, var.shape(), &Device::Cpu)?)),
+            None => Ok(None),
+        })
+        .collect::<Result<_, NetworkError>>()?;
+    Ok(HostLoss { values, gradients })
+}
+
+/// The loss of `batch`'s rows, each weighted `weight / divisor` (the whole batch's size), and
+/// its gradients by parameter name.
+fn rows_loss(
+    network: &MuZeroNetwork,
+    mut nets: Networks,
+    batch: &Batch,
+    target_values: &[f32],
+    value_loss_weight: f64,
+    divisor: usize,
+) -> Result<(LossValues, HashMap<String, Vec<f32>>), NetworkError> {
+    let spec = network.spec();
+    let (b, k_steps, a) = (batch.batch_size, batch.num_unroll_steps, batch.num_actions);
+    let steps = k_steps + 1;
+    let (vs, rs) = (spec.value_support.size(), spec.reward_support.size());
+    let value_probs = spec.value_support.scalars_to_probs(target_values);
+    let reward_probs = spec.reward_support.scalars_to_probs(&batch.target_rewards);
+    let value_weight = value_loss_weight as f32;
+    let per_row = |i: usize| batch.weights[i] / divisor as f32;
+
+    // Forward, with each head's loss and its logit gradient as soon as its logits exist.
+    let mut latents: Vec<LatentTrace> = Vec::with_capacity(steps);
+    let mut rewards: Vec<HeadTrace> = Vec::with_capacity(k_steps);
+    let mut predictions: Vec<PredictionTrace> = Vec::with_capacity(steps);
+    let mut dvalue: Vec<Vec<f32>> = Vec::with_capacity(steps);
+    let mut dpolicy: Vec<Vec<f32>> = Vec::with_capacity(steps);
+    let mut dreward: Vec<Vec<f32>> = Vec::with_capacity(k_steps);
+    let (mut value_part, mut reward_part, mut policy_part) = (0f64, 0f64, 0f64);
+    let mut total = 0f64;
+    let mut losses = vec![0f32; b];
+    for k in 0..steps {
+        let scale = if k == 0 { 1.0 } else { 1.0 / k_steps as f32 };
+        let value_mask = step_rows(&batch.value_mask, b, steps, k, 1);
+        let policy_mask = step_rows(&batch.policy_mask, b, steps, k, 1);
+        if k == 0 {
+            latents.push(nets.represent(batch.observations.clone(), b));
+        } else {
+            let actions: Vec<usize> = (0..b).map(|i| batch.actions[i * k_steps + k - 1]).collect();
+            let (trace, reward) = nets.dynamics(&latents[k - 1].latent, &actions)?;
+            latents.push(trace);
+            let coefficients: Vec<f32> =
+                (0..b).map(|i| per_row(i) * scale * value_mask[i]).collect();
+            let mut d = vec![0f32; b * rs];
+            let targets = step_rows(&reward_probs, b, steps, k, rs);
+            soft_cross_entropy(
+                &reward.logits,
+                &targets,
+                rs,
+                &coefficients,
+                &mut losses,
+                &mut d,
+            );
+            let (mean, weighted) = sums(&losses, &value_mask, &coefficients);
+            reward_part += f64::from(scale) * mean / divisor as f64;
+            total += weighted;
+            rewards.push(reward);
+            dreward.push(d);
+        }
+        let prediction = nets.predict(&latents[k].latent, b);
+        let coefficients: Vec<f32> = (0..b)
+            .map(|i| per_row(i) * scale * value_weight * value_mask[i])
+            .collect();
+        let mut d = vec![0f32; b * vs];
+        let targets = step_rows(&value_probs, b, steps, k, vs);
+        soft_cross_entropy(
+            &prediction.value.logits,
+            &targets,
+            vs,
+            &coefficients,
+            &mut losses,
+            &mut d,
+        );
+        let (mean, weighted) = sums(&losses, &value_mask, &coefficients);
+        value_part += f64::from(scale) * mean / divisor as f64;
+        total += weighted;
+        dvalue.push(d);
+        let coefficients: Vec<f32> = (0..b)
+            .map(|i| per_row(i) * scale * policy_mask[i])
+            .collect();
+        let mut d = vec![0f32; b * a];
+        let targets = step_rows(&batch.target_policies, b, steps, k, a);
+        soft_cross_entropy(
+            &prediction.policy_logits,
+            &targets,
+            a,
+            &coefficients,
+            &mut losses,
+            &mut d,
+        );
+        let (mean, weighted) = sums(&losses, &policy_mask, &coefficients);
+        policy_part += f64::from(scale) * mean / divisor as f64;
+        total += weighted;
+        dpolicy.push(d);
+        predictions.push(prediction);
+    }
+    let first_values = spec
+        .value_support
+        .logits_to_scalars(&predictions[0].value.logits);
+    let priorities = first_values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (v - target_values[i * steps]).abs())
+        .collect();
+
+    // Backward: from the last step to the first, the latent's gradient gathering the
+    // prediction's and (halved) the next dynamics call's.
+    let mut from_next: Option<Vec<f32>> = None;
+    for k in (0..steps).rev() {
+        let mut dlatent = nets.predict_backward(
+            &latents[k].latent,
+            &predictions[k],
+            &dpolicy[k],
+            &dvalue[k],
+            b,
+        );
+        if let Some(next) = from_next.take() {
+            add_into(&mut dlatent, &next);
+        }
+        if k > 0 {
+            let mut dprevious =
+                nets.dynamics_backward(&latents[k], &rewards[k - 1], &dlatent, &dreward[k - 1], b);
+            for v in &mut dprevious {
+                *v *= DYNAMICS_GRADIENT_SCALE;
+            }
+            from_next = Some(dprevious);
+        } else {
+            nets.representation_backward(&latents[0], &dlatent, b);
+        }
+    }
+
+    let values = LossValues {
+        total: total as f32,
+        value: value_part as f32,
+        reward: reward_part as f32,
+        policy: policy_part as f32,
+        consistency: 0.0,
+        priorities,
+        extra: Vec::new(),
+    };
+    Ok((values, nets.gradients()))
+}
+
+/// `(sum_i loss_i * mask_i, sum_i loss_i * coefficient_i)`: the masked sum (for the logged
+/// per-head mean) and the contribution to the weighted total.
+fn sums(losses: &[f32], mask: &[f32], coefficients: &[f32]) -> (f64, f64) {
+    losses
+        .iter()
+        .zip(mask)
+        .zip(coefficients)
+        .fold((0.0, 0.0), |(m, w), ((l, k), c)| {
+            (m + f64::from(l * k), w + f64::from(l * c))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::network::NetworkSpec;
+    use crate::train::loss::unrolled_loss;
+    use candle_core::DType;
+    use rand::SeedableRng;
+
+    /// `testing::learner`'s network with `blocks` residual blocks, every parameter moved by a
+    /// different amount so that the zero-initialised heads matter and no two weights tie.
+    fn network(blocks: usize) -> MuZeroNetwork {
+        let spec = NetworkSpec {
+            num_blocks: blocks,
+            ..crate::testing::specs::tiny_spec(vec![4], 2)
+        };
+        let start = MuZeroNetwork::new(spec.clone(), 11, &Device::Cpu, DType::F32).unwrap();
+        let tensors = start
+            .params()
+            .to_tensors()
+            .unwrap()
+            .into_iter()
+            .enumerate()
+            .map(|(p, (name, t))| {
+                let n = t.elem_count();
+                let noise: Vec<f32> = (0..n)
+                    .map(|i| 0.1 * ((i * 7 + p * 13) as f32 * 0.37).sin())
+                    .collect();
+                let noise = Tensor::from_vec(noise, t.shape(), &Device::Cpu).unwrap();
+                (name, (t + noise).unwrap())
+            })
+            .collect();
+        MuZeroNetwork::from_tensors(spec, tensors, &Device::Cpu, DType::F32).unwrap()
+    }
+
+    fn close(what: &str, host: f32, tensors: f32, tolerance: f32) {
+        assert!(
+            (host - tensors).abs() <= tolerance * (1.0 + tensors.abs()),
+            "{what}: host {host} vs tensors {tensors}"
+        );
+    }
+
+    #[test]
+    fn the_host_loss_and_its_gradients_equal_the_tensor_path() {
+        let replay = crate::testing::learner::replay();
+        // 64 rows run as two halves on two threads.
+        for (blocks, rows) in [(0, 24), (1, 64), (2, 24)] {
+            let net = network(blocks);
+            assert!(supports(&net, 0.0));
+            // Rows near the games' ends have masked steps; prioritised sampling gives unequal
+            // importance weights.
+            let batch = replay
+                .sample(rows, &mut rand::rngs::StdRng::seed_from_u64(blocks as u64))
+                .unwrap();
+            assert!(batch.value_mask.contains(&0.0) && batch.policy_mask.contains(&0.0));
+            assert!(batch.weights.iter().any(|&w| w < 0.99));
+            let targets = batch.target_values.clone();
+            let host = host_unrolled_loss(&net, &batch, &targets, 0.25).unwrap();
+            let want = unrolled_loss(&net, &batch, &targets, 0.25).unwrap();
+            let want_values = want.read(&net, &[]).unwrap();
+            let v = &host.values;
+            close("total", v.total, want_values.total, 1e-5);
+            close("value", v.value, want_values.value, 1e-5);
+            close("reward", v.reward, want_values.reward, 1e-5);
+            close("policy", v.policy, want_values.policy, 1e-5);
+            assert_eq!(v.priorities.len(), want_values.priorities.len());
+            for (a, b) in v.priorities.iter().zip(&want_values.priorities) {
+                close("priority", *a, *b, 1e-4);
+            }
+            let grads = want.total.backward().unwrap();
+            for ((name, var), host_grad) in net.params().named().zip(&host.gradients) {
+                let want = grads.get(var.as_tensor()).expect("every parameter has one");
+                let want = want.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                let got = host_grad
+                    .as_ref()
+                    .unwrap_or_else(|| panic!("{name}: no host gradient"))
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1::<f32>()
+                    .unwrap();
+                assert_eq!(got.len(), want.len(), "{name}");
+                let scale = want.iter().fold(0f32, |m, g| m.max(g.abs()));
+                assert!(scale > 0.0, "{name}: no gradient at all");
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (g - w).abs() <= 1e-4 * scale + 1e-7,
+                        "{blocks} blocks, {name}[{i}]: host {g} vs tensors {w} (largest {scale})"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_projection_heads_get_no_host_gradient_and_an_action_out_of_range_is_an_error() {
+        let spec = NetworkSpec {
+            projection_dim: 6,
+            ..crate::testing::specs::tiny_spec(vec![4], 2)
+        };
+        let net = MuZeroNetwork::new(spec, 3, &Device::Cpu, DType::F32).unwrap();
+        assert!(supports(&net, 0.0) && !supports(&net, 1.0));
+        let mut batch = crate::testing::learner::replay()
+            .sample(8, &mut rand::rngs::StdRng::seed_from_u64(4))
+            .unwrap();
+        let host = host_unrolled_loss(&net, &batch, &batch.target_values, 0.25).unwrap();
+        for ((name, _), g) in net.params().named().zip(&host.gradients) {
+            assert_eq!(g.is_some(), !name.starts_with("projection."), "{name}");
+        }
+        batch.actions[3] = 2;
+        let err = host_unrolled_loss(&net, &batch, &batch.target_values, 0.25)
+            .err()
+            .expect("action 2 of 2");
+        assert!(matches!(
+            err,
+            NetworkError::ActionOutOfRange {
+                action: 2,
+                num_actions: 2
+            }
+        ));
+    }
+
+    #[test]
+    fn min_max_scaling_backward_matches_finite_differences() {
+        let u = [0.3f32, -1.2, 0.7, 2.5, -1.2, 0.1];
+        let dy = [0.5f32, -0.25, 1.0, 0.75, 0.3, -0.6];
+        let y = min_max_scale(&u, 6);
+        let du = min_max_scale_backward(&u, &y, &dy, 6);
+        let f = |u: &[f32]| -> f64 {
+            min_max_scale(u, 6)
+                .iter()
+                .zip(&dy)
+                .map(|(y, d)| f64::from(y * d))
+                .sum()
+        };
+        // Elements 0, 2, 3 and 5 are not tied: a central difference sees their gradient.
+        for j in [0, 2, 3, 5] {
+            let (mut up, mut down) = (u, u);
+            up[j] += 1e-3;
+            down[j] -= 1e-3;
+            let numeric = (f(&up) - f(&down)) / 2e-3;
+            assert!(
+                (numeric - f64::from(du[j])).abs() < 1e-3,
+                "element {j}: numeric {numeric} vs {}",
+                du[j]
+            );
+        }
+        // The two tied minima each receive the minimum's whole gradient, as candle gives it.
+        let scale = 3.7 + MIN_MAX_EPS;
+        let (a, b) = (du[1] - dy[1] / scale, du[4] - dy[4] / scale);
+        assert!((a - b).abs() < 1e-6 && a.abs() > 0.01, "{a} vs {b}");
+    }
+}
