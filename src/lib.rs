@@ -36,6 +36,7 @@ pub mod selfplay;
 pub mod support;
 #[doc(hidden)]
 pub mod testing;
+pub mod threads;
 pub mod train;
 pub mod trainer;
 

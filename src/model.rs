@@ -63,4 +63,11 @@ pub trait Model {
         actions: &[usize],
         new_node: usize,
     ) -> Result<Prediction, ModelError>;
+
+    /// An independent model over the same weights, with its own latent store, for searching
+    /// another batch of trees on another thread at the same time. `None` (the default): this
+    /// model cannot be forked, and a large batch is searched as one.
+    fn fork(&self) -> Option<Box<dyn Model + Send + '_>> {
+        None
+    }
 }

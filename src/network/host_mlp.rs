@@ -14,6 +14,7 @@ use candle_core::{DType, Storage, Tensor};
 
 use super::fused::standardize_row;
 use super::{MuZeroNetwork, NetworkError, NetworkSpec};
+use crate::threads::side_by_side;
 
 const LAYER_NORM_EPS: f32 = 1e-5;
 
@@ -275,6 +276,9 @@ pub struct HostMlp {
     dynamics: (HostTrunk, HostLinear, HostLinear),
     /// Prediction: trunk, then `policy_out` and `value_hidden` as one layer, then `value_out`.
     prediction: (HostTrunk, HostLinear, HostLinear),
+    /// Whether calls of [`SPLIT_ROWS`] rows or more run as two halves side by side (off in a
+    /// model that already runs on one half of a split search).
+    split: bool,
 }
 
 /// One call's outputs, row-major.
@@ -358,7 +362,17 @@ impl HostMlp {
                 HostLinear::concat(&policy_out, &value_hidden),
                 HostLinear::load(&w, "prediction.value_out")?,
             ),
+            split: true,
         })
+    }
+
+    /// Every call on this thread alone, whatever its batch (for a model that already runs
+    /// beside another, see `Model::fork`).
+    pub fn serial(self) -> Self {
+        Self {
+            split: false,
+            ..self
+        }
     }
 
     pub fn latent_dim(&self) -> usize {
@@ -369,11 +383,11 @@ impl HostMlp {
     /// Large batches run in two halves on two threads.
     pub fn initial(&self, observations: &[f32]) -> (Vec<f32>, HostOutputs) {
         let batch = observations.len() / self.obs_len.max(1);
-        if batch < SPLIT_ROWS {
+        if !self.split || batch < SPLIT_ROWS {
             return self.initial_serial(observations);
         }
         let (first, second) = observations.split_at(batch / 2 * self.obs_len);
-        let ((mut latents, mut outputs), (more_latents, more)) = rayon::join(
+        let ((mut latents, mut outputs), (more_latents, more)) = side_by_side(
             || self.initial_serial(first),
             || self.initial_serial(second),
         );
@@ -394,13 +408,13 @@ impl HostMlp {
     /// threads.
     pub fn recurrent(&self, latents: &[f32], actions: &[usize]) -> Result<HostStep, NetworkError> {
         let batch = actions.len();
-        if batch < SPLIT_ROWS {
+        if !self.split || batch < SPLIT_ROWS {
             return self.recurrent_serial(latents, actions);
         }
         let half = batch / 2;
         let (first_latents, second_latents) = latents.split_at(half * self.latent_dim);
         let (first_actions, second_actions) = actions.split_at(half);
-        let (first, second) = rayon::join(
+        let (first, second) = side_by_side(
             || self.recurrent_serial(first_latents, first_actions),
             || self.recurrent_serial(second_latents, second_actions),
         );

@@ -49,6 +49,8 @@ pub struct SearchModel<'a> {
     latents: Option<Tensor>,
     batch: usize,
     capacity: usize,
+    /// A fork: one half of a split search, so its host calls do not split again.
+    forked: bool,
 }
 
 impl<'a> SearchModel<'a> {
@@ -70,6 +72,7 @@ impl<'a> SearchModel<'a> {
             latents: None,
             batch: 0,
             capacity: 0,
+            forked: false,
         }
     }
 
@@ -187,6 +190,17 @@ impl Model for SearchModel<'_> {
         self.network.spec().num_actions
     }
 
+    /// On the host only: a fork whose calls run on its own thread without splitting (the
+    /// tensor path keeps one model per search, as a GPU wants one large batch).
+    fn fork(&self) -> Option<Box<dyn Model + Send + '_>> {
+        self.on_host.then(|| {
+            Box::new(SearchModel {
+                forked: true,
+                ..SearchModel::new(self.network)
+            }) as Box<dyn Model + Send + '_>
+        })
+    }
+
     fn initial_inference(
         &mut self,
         observations: &[f32],
@@ -203,7 +217,10 @@ impl Model for SearchModel<'_> {
             });
         }
         if self.on_host {
-            let host = HostMlp::new(self.network)?;
+            let mut host = HostMlp::new(self.network)?;
+            if self.forked {
+                host = host.serial();
+            }
             let (latent, out) = host.initial(observations);
             let mut latents = vec![0f32; capacity.max(1) * latent.len()];
             latents[..latent.len()].copy_from_slice(&latent);
@@ -389,6 +406,37 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A batch of 64 or more on the host is searched as two halves side by side, each with its
+    /// own fork of the model and its own noise: the same seed gives the same search, an odd
+    /// batch keeps every row, and the two halves' noise differs.
+    #[test]
+    fn a_split_search_is_reproducible_with_noise() {
+        let net = MuZeroNetwork::new(spec(vec![5]), 8, &Device::Cpu, DType::F32).unwrap();
+        let batch = 65;
+        assert!(SearchModel::new(&net).fork().is_some());
+        assert!(SearchModel::on_tensors(&net).fork().is_none());
+        // Every root the same observation: rows differ only by their noise.
+        let obs: Vec<f32> = (0..batch * 5).map(|i| (i % 5) as f32 * 0.3).collect();
+        let masks = vec![true; batch * 3];
+        let run = |seed: u64| {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let config = search(SearchPolicy::Puct);
+            let mut model = SearchModel::new(&net);
+            run_search(&mut model, &config, &obs, batch, &masks, true, &mut rng).unwrap()
+        };
+        let (a, b) = (run(5), run(5));
+        assert_eq!(a, b);
+        assert_eq!(a.batch, batch);
+        assert_eq!(a.visit_counts.len(), batch * 3);
+        assert_eq!(a.root_values.len(), batch);
+        // Had both halves drawn the same noise, row i and row 32 + i would be equal.
+        assert!(
+            (0..32).any(|i| a.visit_counts_of(i) != a.visit_counts_of(32 + i)),
+            "the halves' noise"
+        );
+        assert_ne!(a, run(6));
     }
 
     /// The search over a real network: latents stay in the buffer, the tree sees scalars, and

@@ -24,6 +24,20 @@ pub struct SearchOutput {
 }
 
 impl SearchOutput {
+    /// This batch's rows followed by `other`'s (the two halves of a split search).
+    pub fn append(mut self, other: SearchOutput) -> SearchOutput {
+        self.batch += other.batch;
+        self.root_values.extend(other.root_values);
+        self.visit_counts.extend(other.visit_counts);
+        self.policy_targets.extend(other.policy_targets);
+        self.root_q.extend(other.root_q);
+        if let (Some(mine), Some(theirs)) = (self.gumbel_actions.as_mut(), other.gumbel_actions) {
+            mine.extend(theirs);
+        }
+        self.max_depth = self.max_depth.max(other.max_depth);
+        self
+    }
+
     /// `[A]` visit counts of the root children of batch element `b`.
     pub fn visit_counts_of(&self, b: usize) -> &[u32] {
         &self.visit_counts[b * self.num_actions..(b + 1) * self.num_actions]

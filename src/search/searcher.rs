@@ -7,7 +7,8 @@
 //! of a simulation (descend, expand, back up) is in [`simulation`](super::simulation); large
 //! batches run it on the rayon pool.
 
-use rand::Rng;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
 use super::config::{SearchConfig, SearchPolicy};
@@ -18,12 +19,18 @@ use super::simulation::{Rules, TreeState};
 use super::tree::{Expansion, ROOT};
 use super::{noise, targets};
 use crate::model::{Model, Prediction};
+use crate::threads::side_by_side;
 
 /// Batches at least this large run the per-tree work on the rayon pool (below it, waking a
 /// thread cost more than it saved: batch 64, latent 64, 4.95 -> 4.45 ms per search serial).
 const PARALLEL_MIN_BATCH: usize = 128;
 /// Trees per rayon task.
 const PARALLEL_CHUNK: usize = 8;
+/// Batches at least this large are searched as two halves side by side, each with its own
+/// trees and its own fork of the model (when the model forks, [`Model::fork`]): one thread
+/// hand-off per search instead of one or two per simulation. The split does not depend on the
+/// number of threads, so neither does the result.
+const SPLIT_SEARCH_BATCH: usize = 64;
 
 /// Run one batched search with fresh buffers (see [`Searcher::run`], which reuses them).
 ///
@@ -74,6 +81,8 @@ pub struct Searcher {
     schedules: Vec<Vec<u32>>,
     schedule_simulations: usize,
     noise_scratch: Vec<f32>,
+    /// The buffers of a split search's second half.
+    second_half: Option<Box<Searcher>>,
 }
 
 impl Searcher {
@@ -125,6 +134,74 @@ impl Searcher {
             });
         }
 
+        if batch >= SPLIT_SEARCH_BATCH && observations.len().is_multiple_of(batch) {
+            if let (Some(mut first), Some(mut second)) = (model.fork(), model.fork()) {
+                return self.run_halves(first.as_mut(), second.as_mut(), config, input, rng);
+            }
+        }
+        self.run_whole(model, config, input, rng)
+    }
+
+    /// [`Searcher::run`] as two half batches side by side, one on this thread and one on the
+    /// rayon pool, each with a model of its own. Each half draws its root noise from a
+    /// generator seeded from `rng`.
+    fn run_halves<R: Rng + ?Sized>(
+        &mut self,
+        first: &mut (dyn Model + Send + '_),
+        second: &mut (dyn Model + Send + '_),
+        config: &SearchConfig,
+        input: &SearchInput<'_>,
+        rng: &mut R,
+    ) -> Result<SearchOutput, SearchError> {
+        let (batch, num_actions) = (input.batch, first.num_actions());
+        let half = batch / 2;
+        let obs_len = input.observations.len() / batch;
+        let (first_obs, second_obs) = input.observations.split_at(half * obs_len);
+        let (first_legal, second_legal) = input.legal_masks.split_at(half * num_actions);
+        let halves = [
+            SearchInput {
+                observations: first_obs,
+                batch: half,
+                legal_masks: first_legal,
+                add_noise: input.add_noise,
+            },
+            SearchInput {
+                observations: second_obs,
+                batch: batch - half,
+                legal_masks: second_legal,
+                add_noise: input.add_noise,
+            },
+        ];
+        let seeds: [u64; 2] = [rng.random(), rng.random()];
+        let mut other = self.second_half.take().unwrap_or_default();
+        let (a, b) = side_by_side(
+            || {
+                let mut rng = StdRng::seed_from_u64(seeds[0]);
+                self.run_whole(first, config, &halves[0], &mut rng)
+            },
+            || {
+                let mut rng = StdRng::seed_from_u64(seeds[1]);
+                other.run_whole(second, config, &halves[1], &mut rng)
+            },
+        );
+        self.second_half = Some(other);
+        Ok(a?.append(b?))
+    }
+
+    /// One batched search of every tree of `input` (validated by [`Searcher::run`]).
+    fn run_whole<M: Model + ?Sized, R: Rng + ?Sized>(
+        &mut self,
+        model: &mut M,
+        config: &SearchConfig,
+        input: &SearchInput<'_>,
+        rng: &mut R,
+    ) -> Result<SearchOutput, SearchError> {
+        let SearchInput {
+            observations,
+            batch,
+            ..
+        } = *input;
+        let num_actions = model.num_actions();
         let num_simulations = config.num_simulations;
         let root = model.initial_inference(observations, batch, num_simulations + 1)?;
         check_prediction("initial_inference", &root, batch, num_actions, false)?;

@@ -20,6 +20,7 @@ use crate::network::fused::{layer_norm_backward_rows, layer_norm_rows, row_log_s
 use crate::network::host_mlp::{gemm_strided, host_values, HostMlp};
 use crate::network::{MuZeroNetwork, NetworkError};
 use crate::replay::Batch;
+use crate::threads::side_by_side;
 
 const LAYER_NORM_EPS: f32 = 1e-5;
 /// Added to `max - min` by the latent's min-max scaling (as `layers::min_max_scale`).
@@ -670,7 +671,7 @@ pub fn host_unrolled_loss(
             let (first_targets, second_targets) =
                 target_values.split_at(b / 2 * (batch.num_unroll_steps + 1));
             let second_nets = nets.clone();
-            let (first, second) = rayon::join(
+            let (first, second) = side_by_side(
                 || {
                     rows_loss(
                         network,
