@@ -139,7 +139,7 @@ impl Searcher {
                 return self.run_halves(first.as_mut(), second.as_mut(), config, input, rng);
             }
         }
-        self.run_whole(model, config, input, rng)
+        self.run_whole(model, config, input, rng, true)
     }
 
     /// [`Searcher::run`] as two half batches side by side, one on this thread and one on the
@@ -177,24 +177,27 @@ impl Searcher {
         let (a, b) = side_by_side(
             || {
                 let mut rng = StdRng::seed_from_u64(seeds[0]);
-                self.run_whole(first, config, &halves[0], &mut rng)
+                self.run_whole(first, config, &halves[0], &mut rng, false)
             },
             || {
                 let mut rng = StdRng::seed_from_u64(seeds[1]);
-                other.run_whole(second, config, &halves[1], &mut rng)
+                other.run_whole(second, config, &halves[1], &mut rng, false)
             },
         );
         self.second_half = Some(other);
         Ok(a?.append(b?))
     }
 
-    /// One batched search of every tree of `input` (validated by [`Searcher::run`]).
+    /// One batched search of every tree of `input` (validated by [`Searcher::run`]); the
+    /// per-tree work goes to the rayon pool for large batches only with `parallel_trees` (off
+    /// for the halves of a split search, which already run side by side).
     fn run_whole<M: Model + ?Sized, R: Rng + ?Sized>(
         &mut self,
         model: &mut M,
         config: &SearchConfig,
         input: &SearchInput<'_>,
         rng: &mut R,
+        parallel_trees: bool,
     ) -> Result<SearchOutput, SearchError> {
         let SearchInput {
             observations,
@@ -229,26 +232,38 @@ impl Searcher {
         let parents = &mut self.parents[..batch];
         let actions = &mut self.actions[..batch];
 
-        for_each_tree(trees, parents, actions, |_, ts, parent, action| {
-            (*parent, *action) = ts.select_leaf(&rules, 0);
-        });
+        for_each_tree(
+            parallel_trees,
+            trees,
+            parents,
+            actions,
+            |_, ts, parent, action| {
+                (*parent, *action) = ts.select_leaf(&rules, 0);
+            },
+        );
         for simulation in 0..num_simulations {
             let node = simulation + 1;
             let pred = model.recurrent_inference(parents, actions, node)?;
             check_prediction("recurrent_inference", &pred, batch, num_actions, true)?;
             let last = node == num_simulations;
-            for_each_tree(trees, parents, actions, |b, ts, parent, action| {
-                let logits = &pred.policy_logits[b * num_actions..(b + 1) * num_actions];
-                let expansion = Expansion {
-                    logits,
-                    value: pred.values[b],
-                    reward: pred.rewards[b],
-                };
-                ts.expand_and_backup(&rules, node, (*parent, *action), &expansion);
-                if !last {
-                    (*parent, *action) = ts.select_leaf(&rules, node);
-                }
-            });
+            for_each_tree(
+                parallel_trees,
+                trees,
+                parents,
+                actions,
+                |b, ts, parent, action| {
+                    let logits = &pred.policy_logits[b * num_actions..(b + 1) * num_actions];
+                    let expansion = Expansion {
+                        logits,
+                        value: pred.values[b],
+                        reward: pred.rewards[b],
+                    };
+                    ts.expand_and_backup(&rules, node, (*parent, *action), &expansion);
+                    if !last {
+                        (*parent, *action) = ts.select_leaf(&rules, node);
+                    }
+                },
+            );
         }
 
         Ok(collect_output(trees, &rules, num_actions))
@@ -321,12 +336,18 @@ impl Searcher {
 }
 
 /// Run `f(b, tree, parent, action)` for every batch element, on the rayon pool for large
-/// batches. Each call touches only its own tree, so the result does not depend on the order.
-fn for_each_tree<F>(trees: &mut [TreeState], parents: &mut [usize], actions: &mut [usize], f: F)
-where
+/// batches when `parallel`. Each call touches only its own tree, so the result does not
+/// depend on the order.
+fn for_each_tree<F>(
+    parallel: bool,
+    trees: &mut [TreeState],
+    parents: &mut [usize],
+    actions: &mut [usize],
+    f: F,
+) where
     F: Fn(usize, &mut TreeState, &mut usize, &mut usize) + Sync + Send,
 {
-    if trees.len() >= PARALLEL_MIN_BATCH {
+    if parallel && trees.len() >= PARALLEL_MIN_BATCH {
         let per_task = PARALLEL_CHUNK.max(trees.len().div_ceil(rayon::current_num_threads()));
         trees
             .par_iter_mut()
