@@ -93,7 +93,7 @@ fn main() {
         (false, "tensor path: the ops CUDA runs"),
         (
             true,
-            "CPU path: fused kernels, in-place AdamW, host MLP inference",
+            "CPU path: host MLP inference and training (hand-written backward), in-place AdamW",
         ),
     ] {
         cumind::network::fused::set_cpu_fast_paths(fast);
