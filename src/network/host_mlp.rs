@@ -99,10 +99,11 @@ pub(crate) fn host_values(t: &Tensor) -> Result<Vec<f32>, NetworkError> {
     }
 }
 
-struct Weights<'a>(&'a HashMap<String, Tensor>);
+/// The network's parameters by name.
+pub(crate) struct Weights<'a>(pub(crate) &'a HashMap<String, Tensor>);
 
 impl Weights<'_> {
-    fn get(&self, name: &str) -> Result<&Tensor, NetworkError> {
+    pub(crate) fn get(&self, name: &str) -> Result<&Tensor, NetworkError> {
         self.0
             .get(name)
             .ok_or_else(|| NetworkError::MissingParameter(name.to_string()))
@@ -191,14 +192,14 @@ impl HostNorm {
     }
 }
 
-fn relu(x: &mut [f32]) {
+pub(crate) fn relu(x: &mut [f32]) {
     for v in x {
         *v = v.max(0.0);
     }
 }
 
 /// Scale every row to [0, 1]: `(s - min) / (max - min + 1e-5)`.
-fn min_max_scale(x: &mut [f32], width: usize) {
+pub(crate) fn min_max_scale(x: &mut [f32], width: usize) {
     for row in x.chunks_exact_mut(width) {
         let min = row.iter().copied().fold(f32::INFINITY, f32::min);
         let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);

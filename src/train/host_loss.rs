@@ -17,7 +17,9 @@ use candle_core::{Device, Tensor};
 
 use super::loss::LossValues;
 use crate::network::fused::{layer_norm_backward_rows, layer_norm_rows, row_log_sum_exp};
-use crate::network::host_mlp::{gemm_strided, host_values, HostMlp};
+use crate::network::host_mlp::{
+    gemm_strided, host_values, min_max_scale, relu as relu_in_place, HostMlp, Weights,
+};
 use crate::network::{MuZeroNetwork, NetworkError};
 use crate::replay::Batch;
 use crate::threads::side_by_side;
@@ -57,11 +59,12 @@ struct Linear {
 }
 
 impl Linear {
-    fn load(params: &Params, name: &str) -> Result<Self, NetworkError> {
+    fn load(params: &Weights, name: &str) -> Result<Self, NetworkError> {
         let weight_name = format!("{name}.weight");
-        let (outputs, inputs) = params.tensor(&weight_name)?.dims2()?;
-        let weight = params.values(&weight_name)?;
-        let bias = params.values(&format!("{name}.bias"))?;
+        let weight = params.get(&weight_name)?;
+        let (outputs, inputs) = weight.dims2()?;
+        let weight = host_values(weight)?;
+        let bias = host_values(params.get(&format!("{name}.bias"))?)?;
         Ok(Self {
             name: name.to_string(),
             grad_weight: vec![0.0; weight.len()],
@@ -143,9 +146,9 @@ struct Norm {
 }
 
 impl Norm {
-    fn load(params: &Params, name: &str) -> Result<Self, NetworkError> {
-        let gamma = params.values(&format!("{name}.weight"))?;
-        let beta = params.values(&format!("{name}.bias"))?;
+    fn load(params: &Weights, name: &str) -> Result<Self, NetworkError> {
+        let gamma = host_values(params.get(&format!("{name}.weight"))?)?;
+        let beta = host_values(params.get(&format!("{name}.bias"))?)?;
         Ok(Self {
             name: name.to_string(),
             grad_gamma: vec![0.0; gamma.len()],
@@ -180,12 +183,6 @@ impl Norm {
     fn gradients(self, out: &mut HashMap<String, Vec<f32>>) {
         out.insert(format!("{}.weight", self.name), self.grad_gamma);
         out.insert(format!("{}.bias", self.name), self.grad_beta);
-    }
-}
-
-fn relu_in_place(x: &mut [f32]) {
-    for v in x {
-        *v = v.max(0.0);
     }
 }
 
@@ -243,7 +240,7 @@ impl TrunkTrace {
 }
 
 impl Trunk {
-    fn load(params: &Params, name: &str, num_blocks: usize) -> Result<Self, NetworkError> {
+    fn load(params: &Weights, name: &str, num_blocks: usize) -> Result<Self, NetworkError> {
         let input = (
             Linear::load(params, &format!("{name}.input.linear"))?,
             Norm::load(params, &format!("{name}.input.norm"))?,
@@ -325,19 +322,6 @@ impl Trunk {
     }
 }
 
-/// Rows scaled to [0, 1]: `(u - min) / (max - min + eps)` (`layers::min_max_scale`).
-fn min_max_scale(u: &[f32], width: usize) -> Vec<f32> {
-    let mut out = u.to_vec();
-    for row in out.chunks_exact_mut(width) {
-        let (min, max) = row_min_max(row);
-        let scale = max - min + MIN_MAX_EPS;
-        for v in row {
-            *v = (*v - min) / scale;
-        }
-    }
-    out
-}
-
 fn row_min_max(row: &[f32]) -> (f32, f32) {
     row.iter()
         .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
@@ -401,21 +385,6 @@ fn soft_cross_entropy(
     }
 }
 
-/// The network's parameters, by name, read from their storage.
-struct Params(HashMap<String, Tensor>);
-
-impl Params {
-    fn tensor(&self, name: &str) -> Result<&Tensor, NetworkError> {
-        self.0
-            .get(name)
-            .ok_or_else(|| NetworkError::MissingParameter(name.to_string()))
-    }
-
-    fn values(&self, name: &str) -> Result<Vec<f32>, NetworkError> {
-        host_values(self.tensor(name)?)
-    }
-}
-
 /// A head on a trunk's output: `second(relu(first(h)))`.
 #[derive(Clone)]
 struct Head {
@@ -430,7 +399,7 @@ struct HeadTrace {
 }
 
 impl Head {
-    fn load(params: &Params, first: &str, second: &str) -> Result<Self, NetworkError> {
+    fn load(params: &Weights, first: &str, second: &str) -> Result<Self, NetworkError> {
         Ok(Self {
             first: Linear::load(params, first)?,
             second: Linear::load(params, second)?,
@@ -487,13 +456,12 @@ struct PredictionTrace {
 impl Networks {
     fn load(network: &MuZeroNetwork) -> Result<Self, NetworkError> {
         let spec = network.spec();
-        let params = Params(
-            network
-                .params()
-                .named()
-                .map(|(name, var)| (name.clone(), var.as_tensor().clone()))
-                .collect(),
-        );
+        let tensors: HashMap<String, Tensor> = network
+            .params()
+            .named()
+            .map(|(name, var)| (name.clone(), var.as_tensor().clone()))
+            .collect();
+        let params = Weights(&tensors);
         let blocks = spec.num_blocks;
         Ok(Self {
             latent_dim: spec.latent_dim,
@@ -519,7 +487,8 @@ impl Networks {
         let (trunk, out) = &self.representation;
         let trace = trunk.forward(&observations, rows);
         let unscaled = out.forward(trace.output(), rows);
-        let latent = min_max_scale(&unscaled, self.latent_dim);
+        let mut latent = unscaled.clone();
+        min_max_scale(&mut latent, self.latent_dim);
         LatentTrace {
             input: observations,
             trunk: trace,
@@ -550,7 +519,8 @@ impl Networks {
         let (trunk, latent_out, reward) = &self.dynamics;
         let trace = trunk.forward(&input, rows);
         let unscaled = latent_out.forward(trace.output(), rows);
-        let next = min_max_scale(&unscaled, l);
+        let mut next = unscaled.clone();
+        min_max_scale(&mut next, l);
         let reward = reward.forward(trace.output(), rows);
         Ok((
             LatentTrace {
@@ -736,7 +706,6 @@ fn rows_loss(
     let value_probs = spec.value_support.scalars_to_probs(target_values);
     let reward_probs = spec.reward_support.scalars_to_probs(&batch.target_rewards);
     let value_weight = value_loss_weight as f32;
-    let per_row = |i: usize| batch.weights[i] / divisor as f32;
 
     // Forward, with each head's loss and its logit gradient as soon as its logits exist.
     let mut latents: Vec<LatentTrace> = Vec::with_capacity(steps);
@@ -747,70 +716,58 @@ fn rows_loss(
     let mut dreward: Vec<Vec<f32>> = Vec::with_capacity(k_steps);
     let (mut value_part, mut reward_part, mut policy_part) = (0f64, 0f64, 0f64);
     let mut total = 0f64;
-    let mut losses = vec![0f32; b];
     for k in 0..steps {
         let scale = if k == 0 { 1.0 } else { 1.0 / k_steps as f32 };
+        // Each row's weight in the total at this step, before the head's weight and mask.
+        let row_weights: Vec<f32> = batch
+            .weights
+            .iter()
+            .map(|w| w / divisor as f32 * scale)
+            .collect();
         let value_mask = step_rows(&batch.value_mask, b, steps, k, 1);
         let policy_mask = step_rows(&batch.policy_mask, b, steps, k, 1);
+        // One head's loss at this step: its logits' gradient, and its masked mean (scaled as
+        // the step's losses are) added to `part`.
+        let mut head =
+            |logits: &[f32], targets: Vec<f32>, mask: &[f32], weight: f32, part: &mut f64| {
+                let loss = head_loss(logits, &targets, mask, &row_weights, weight);
+                *part += f64::from(scale) * loss.masked_sum / divisor as f64;
+                total += loss.weighted_sum;
+                loss.dlogits
+            };
         if k == 0 {
             latents.push(nets.represent(batch.observations.clone(), b));
         } else {
             let actions: Vec<usize> = (0..b).map(|i| batch.actions[i * k_steps + k - 1]).collect();
             let (trace, reward) = nets.dynamics(&latents[k - 1].latent, &actions)?;
             latents.push(trace);
-            let coefficients: Vec<f32> =
-                (0..b).map(|i| per_row(i) * scale * value_mask[i]).collect();
-            let mut d = vec![0f32; b * rs];
             let targets = step_rows(&reward_probs, b, steps, k, rs);
-            soft_cross_entropy(
+            dreward.push(head(
                 &reward.logits,
-                &targets,
-                rs,
-                &coefficients,
-                &mut losses,
-                &mut d,
-            );
-            let (mean, weighted) = sums(&losses, &value_mask, &coefficients);
-            reward_part += f64::from(scale) * mean / divisor as f64;
-            total += weighted;
+                targets,
+                &value_mask,
+                1.0,
+                &mut reward_part,
+            ));
             rewards.push(reward);
-            dreward.push(d);
         }
         let prediction = nets.predict(&latents[k].latent, b);
-        let coefficients: Vec<f32> = (0..b)
-            .map(|i| per_row(i) * scale * value_weight * value_mask[i])
-            .collect();
-        let mut d = vec![0f32; b * vs];
         let targets = step_rows(&value_probs, b, steps, k, vs);
-        soft_cross_entropy(
+        dvalue.push(head(
             &prediction.value.logits,
-            &targets,
-            vs,
-            &coefficients,
-            &mut losses,
-            &mut d,
-        );
-        let (mean, weighted) = sums(&losses, &value_mask, &coefficients);
-        value_part += f64::from(scale) * mean / divisor as f64;
-        total += weighted;
-        dvalue.push(d);
-        let coefficients: Vec<f32> = (0..b)
-            .map(|i| per_row(i) * scale * policy_mask[i])
-            .collect();
-        let mut d = vec![0f32; b * a];
+            targets,
+            &value_mask,
+            value_weight,
+            &mut value_part,
+        ));
         let targets = step_rows(&batch.target_policies, b, steps, k, a);
-        soft_cross_entropy(
+        dpolicy.push(head(
             &prediction.policy_logits,
-            &targets,
-            a,
-            &coefficients,
-            &mut losses,
-            &mut d,
-        );
-        let (mean, weighted) = sums(&losses, &policy_mask, &coefficients);
-        policy_part += f64::from(scale) * mean / divisor as f64;
-        total += weighted;
-        dpolicy.push(d);
+            targets,
+            &policy_mask,
+            1.0,
+            &mut policy_part,
+        ));
         predictions.push(prediction);
     }
     let first_values = spec
@@ -860,16 +817,54 @@ fn rows_loss(
     Ok((values, nets.gradients()))
 }
 
-/// `(sum_i loss_i * mask_i, sum_i loss_i * coefficient_i)`: the masked sum (for the logged
-/// per-head mean) and the contribution to the weighted total.
-fn sums(losses: &[f32], mask: &[f32], coefficients: &[f32]) -> (f64, f64) {
-    losses
+/// One head's soft cross-entropy at one unroll step.
+struct HeadLoss {
+    /// The gradient of the weighted total with respect to the logits.
+    dlogits: Vec<f32>,
+    /// `sum_i loss_i * mask_i` (for the logged per-head mean).
+    masked_sum: f64,
+    /// `sum_i loss_i * row_weight_i * weight * mask_i`: the contribution to the total.
+    weighted_sum: f64,
+}
+
+/// The soft cross-entropy of `logits` against `targets` (one row per entry of `mask`), each
+/// row counting `row_weights[i] * weight * mask[i]` in the total.
+fn head_loss(
+    logits: &[f32],
+    targets: &[f32],
+    mask: &[f32],
+    row_weights: &[f32],
+    weight: f32,
+) -> HeadLoss {
+    let rows = mask.len();
+    let width = logits.len() / rows.max(1);
+    let coefficients: Vec<f32> = row_weights
         .iter()
         .zip(mask)
-        .zip(coefficients)
+        .map(|(w, m)| w * weight * m)
+        .collect();
+    let mut losses = vec![0f32; rows];
+    let mut dlogits = vec![0f32; logits.len()];
+    soft_cross_entropy(
+        logits,
+        targets,
+        width,
+        &coefficients,
+        &mut losses,
+        &mut dlogits,
+    );
+    let (masked_sum, weighted_sum) = losses
+        .iter()
+        .zip(mask)
+        .zip(&coefficients)
         .fold((0.0, 0.0), |(m, w), ((l, k), c)| {
             (m + f64::from(l * k), w + f64::from(l * c))
-        })
+        });
+    HeadLoss {
+        dlogits,
+        masked_sum,
+        weighted_sum,
+    }
 }
 
 #[cfg(test)]
@@ -996,10 +991,15 @@ mod tests {
     fn min_max_scaling_backward_matches_finite_differences() {
         let u = [0.3f32, -1.2, 0.7, 2.5, -1.2, 0.1];
         let dy = [0.5f32, -0.25, 1.0, 0.75, 0.3, -0.6];
-        let y = min_max_scale(&u, 6);
+        let scaled = |u: &[f32]| {
+            let mut y = u.to_vec();
+            min_max_scale(&mut y, 6);
+            y
+        };
+        let y = scaled(&u);
         let du = min_max_scale_backward(&u, &y, &dy, 6);
         let f = |u: &[f32]| -> f64 {
-            min_max_scale(u, 6)
+            scaled(u)
                 .iter()
                 .zip(&dy)
                 .map(|(y, d)| f64::from(y * d))
