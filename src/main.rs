@@ -4,6 +4,9 @@ use clap::Parser;
 
 mod cli;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let cli = cli::Cli::parse();
     if let Err(err) = cli::run(cli) {

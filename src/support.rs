@@ -144,15 +144,10 @@ impl Support {
     /// If `logits.len() != self.size()`.
     pub fn logits_to_scalar(&self, logits: &[f32]) -> f32 {
         assert_eq!(logits.len(), self.size(), "expected size() logits");
-        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         // In f32: every weight is in (0, 1] and there are at most a few hundred atoms; the
-        // search decodes two rows per node, so this is on its hot path.
-        let (mut total, mut weighted) = (0.0f32, 0.0f32);
-        for (i, &l) in logits.iter().enumerate() {
-            let w = (l - max).exp();
-            total += w;
-            weighted += w * i as f32;
-        }
+        // search decodes two rows per node, so this is on its hot path (vectorised exp).
+        let max = crate::fast_exp::max(logits);
+        let (total, weighted) = crate::fast_exp::sum_exp_and_index_moment(logits, max);
         h_inv(self.min as f32 + weighted / total)
     }
 

@@ -418,8 +418,8 @@ pub fn soft_cross_entropy(logits: &Tensor, targets: &Tensor) -> candle_core::Res
 
 /// Maximum and log-sum-exp of one row.
 pub(crate) fn row_log_sum_exp(row: &[f32]) -> (f32, f32) {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f32 = row.iter().map(|v| (v - max).exp()).sum();
+    let max = crate::fast_exp::max(row);
+    let sum = crate::fast_exp::sum_exp(row, max);
     (max, max + sum.ln())
 }
 
@@ -502,7 +502,7 @@ impl CustomOp3 for SoftCrossEntropyBackward {
             let (_, lse) = row_log_sum_exp(row);
             let mass: f32 = t.iter().sum();
             for i in 0..n {
-                o[i] = g * ((row[i] - lse).exp() * mass - t[i]);
+                o[i] = g * (crate::fast_exp::exp(row[i] - lse) * mass - t[i]);
             }
         }
         Ok((CpuStorage::F32(out), l2.shape().clone()))
