@@ -123,102 +123,121 @@ pub fn unrolled_loss_with(
     let value_probs = spec.value_support.scalars_to_probs(target_values);
     let reward_probs = spec.reward_support.scalars_to_probs(&batch.target_rewards);
     let per_step = |data: &[f32], n: usize| {
-        Tensor::from_vec(step_major(data, b, steps, n), (steps, b, n), device)
+        Tensor::from_vec(step_major(data, b, steps, n), (steps * b, n), device)
     };
     let value_targets = per_step(&value_probs, vs)?;
     let reward_targets = per_step(&reward_probs, rs)?;
     let policy_targets = per_step(&batch.target_policies, a)?;
-    let value_mask = per_step(&batch.value_mask, 1)?.squeeze(2)?;
-    let policy_mask = per_step(&batch.policy_mask, 1)?.squeeze(2)?;
-    let weights = Tensor::from_slice(&batch.weights, b, device)?;
+
+    // Every head's loss is computed once over all unrolled steps (`[(K+1) B]` rows,
+    // step-major), then weighted per row by host-side coefficients that hold the step's
+    // scale (1 for k = 0, 1/K after), the mask, the importance weight and 1/B: a handful of
+    // ops instead of a set per step (each op is a kernel launch on a GPU).
+    let scale = |k: usize| if k == 0 { 1.0 } else { 1.0 / k_steps as f32 };
+    let inv_b = 1.0 / b as f32;
+    let row_coefficients = |mask: &[f32], first_step: usize, weight: f32, importance: bool| {
+        let mut out = Vec::with_capacity((steps - first_step) * b);
+        for k in first_step..steps {
+            for i in 0..b {
+                let w = if importance { batch.weights[i] } else { 1.0 };
+                out.push(weight * scale(k) * mask[i * steps + k] * w * inv_b);
+            }
+        }
+        Tensor::from_vec(out, (steps - first_step) * b, device)
+    };
+    let value_weight = value_loss_weight as f32;
 
     // Consistency targets: the projected representations of the real observations at
-    // t+1..t+K, in one batch, without gradient; `[K, B, P]`.
+    // t+1..t+K, in one batch, without gradient; `[K B, P]`.
     let consistency = if loss_weights.consistency > 0.0 && k_steps > 0 {
         let o = batch.obs_len;
         let unrolled = step_major(&batch.unroll_observations, b, steps, o);
         let later = network.observation_tensor(&unrolled[b * o..])?;
         match network.project(&network.represent(&later)?, false)? {
-            Some(projected) => {
-                let p = projected.dim(1)?;
-                let targets = l2_normalize(&projected.detach())?.reshape((k_steps, b, p))?;
-                Some((targets, per_step(&batch.observation_mask, 1)?.squeeze(2)?))
-            }
+            Some(projected) => Some(l2_normalize(&projected.detach())?),
             None => None,
         }
     } else {
         None
     };
 
+    // The unroll: K dynamics steps, keeping every step's latent and reward logits.
     let observations = network.observation_tensor(&batch.observations)?;
     let mut latent = network.represent(&observations)?;
-    let (mut policy_logits, mut value_logits) = network.predict(&latent)?;
-    let first_value_logits = value_logits.detach();
-
-    let mut per_sample = Tensor::zeros(b, DType::F32, device)?;
-    // Per step: [value, reward, policy] means, scaled; summed on the device.
-    let mut parts: Vec<Tensor> = Vec::with_capacity(steps);
-    for k in 0..steps {
-        let mut reward_ce = None;
-        let mut consistency_term: Option<Tensor> = None;
-        if k > 0 {
-            let actions: Vec<usize> = (0..b).map(|i| batch.actions[i * k_steps + k - 1]).collect();
-            let one_hot = network.action_tensor(&actions)?;
-            latent = scale_gradient(&latent, 0.5)?;
-            let (next, reward_logits) = network.dynamics(&latent, &one_hot)?;
-            latent = next;
-            let (p, v) = network.predict(&latent)?;
-            policy_logits = p;
-            value_logits = v;
-            reward_ce = Some(soft_cross_entropy(&reward_logits, &reward_targets.get(k)?)?);
-            if let Some((targets, mask)) = &consistency {
-                let online = network
-                    .project(&latent, true)?
-                    .expect("consistency targets come from the projection heads");
-                let cosine = (l2_normalize(&online)? * targets.get(k - 1)?)?.sum(1)?;
-                consistency_term = Some((cosine.neg()? * mask.get(k)?)?);
-            }
-        }
-        let vmask = value_mask.get(k)?;
-        let pmask = policy_mask.get(k)?;
-        let value_ce = (soft_cross_entropy(&value_logits, &value_targets.get(k)?)? * &vmask)?;
-        let policy_ce = (soft_cross_entropy(&policy_logits, &policy_targets.get(k)?)? * &pmask)?;
-        let scale = if k == 0 { 1.0 } else { 1.0 / k_steps as f64 };
-        let mut step_loss = ((&value_ce * value_loss_weight)? + &policy_ce)?;
-        let reward_mean = match reward_ce {
-            Some(r) => {
-                let r = (r * &vmask)?;
-                let mean = r.detach().mean_all()?;
-                step_loss = (step_loss + r)?;
-                mean
-            }
-            None => Tensor::zeros((), DType::F32, device)?,
-        };
-        let consistency_mean = match consistency_term {
-            Some(c) => {
-                let mean = c.detach().mean_all()?;
-                step_loss = (step_loss + (c * loss_weights.consistency)?)?;
-                mean
-            }
-            None => Tensor::zeros((), DType::F32, device)?,
-        };
-        let means = Tensor::stack(
-            &[
-                value_ce.detach().mean_all()?,
-                reward_mean,
-                policy_ce.detach().mean_all()?,
-                consistency_mean,
-            ],
-            0,
-        )?;
-        parts.push((means * scale)?);
-        per_sample = (per_sample + (step_loss * scale)?)?;
+    let mut latents = Vec::with_capacity(steps);
+    let mut reward_logits = Vec::with_capacity(k_steps);
+    latents.push(latent.clone());
+    for k in 1..steps {
+        let actions: Vec<usize> = (0..b).map(|i| batch.actions[i * k_steps + k - 1]).collect();
+        let one_hot = network.action_tensor(&actions)?;
+        let (next, reward) = network.dynamics(&scale_gradient(&latent, 0.5)?, &one_hot)?;
+        latent = next;
+        latents.push(latent.clone());
+        reward_logits.push(reward);
     }
-    let total = (per_sample * weights)?.mean_all()?;
-    let parts = Tensor::stack(&parts, 0)?.sum(0)?;
+    // One prediction over every step's latent: the prediction network sees each row alone
+    // (layer norm is per row), so this equals K+1 separate calls.
+    let (policy_logits, value_logits) = network.predict(&Tensor::cat(&latents, 0)?)?;
+    let first_value_logits = value_logits.narrow(0, 0, b)?.detach();
+
+    let value_ce = soft_cross_entropy(&value_logits, &value_targets)?;
+    let policy_ce = soft_cross_entropy(&policy_logits, &policy_targets)?;
+    let weighted = |ce: &Tensor, coefficients: &Tensor| (ce * coefficients)?.sum_all();
+    let mut total = (weighted(
+        &value_ce,
+        &row_coefficients(&batch.value_mask, 0, value_weight, true)?,
+    )? + weighted(
+        &policy_ce,
+        &row_coefficients(&batch.policy_mask, 0, 1.0, true)?,
+    )?)?;
+    let zero = Tensor::zeros((), DType::F32, device)?;
+    let mut part_values = vec![
+        weighted(
+            &value_ce.detach(),
+            &row_coefficients(&batch.value_mask, 0, 1.0, false)?,
+        )?,
+        zero.clone(),
+        weighted(
+            &policy_ce.detach(),
+            &row_coefficients(&batch.policy_mask, 0, 1.0, false)?,
+        )?,
+        zero,
+    ];
+    if k_steps > 0 {
+        // Rewards of steps 1..=K, masked like the values.
+        let reward_ce = soft_cross_entropy(
+            &Tensor::cat(&reward_logits, 0)?,
+            &reward_targets.narrow(0, b, k_steps * b)?,
+        )?;
+        total = (total
+            + weighted(
+                &reward_ce,
+                &row_coefficients(&batch.value_mask, 1, 1.0, true)?,
+            )?)?;
+        part_values[1] = weighted(
+            &reward_ce.detach(),
+            &row_coefficients(&batch.value_mask, 1, 1.0, false)?,
+        )?;
+        if let Some(targets) = &consistency {
+            let online = network
+                .project(&Tensor::cat(&latents[1..], 0)?, true)?
+                .expect("consistency targets come from the projection heads");
+            let negative_cosine = (l2_normalize(&online)? * targets)?.sum(1)?.neg()?;
+            let weight = loss_weights.consistency as f32;
+            total = (total
+                + weighted(
+                    &negative_cosine,
+                    &row_coefficients(&batch.observation_mask, 1, weight, true)?,
+                )?)?;
+            part_values[3] = weighted(
+                &negative_cosine.detach(),
+                &row_coefficients(&batch.observation_mask, 1, 1.0, false)?,
+            )?;
+        }
+    }
     Ok(LossOutput {
         total,
-        parts,
+        parts: Tensor::stack(&part_values, 0)?,
         first_value_logits,
         first_targets: (0..b).map(|i| target_values[i * steps]).collect(),
     })
