@@ -53,9 +53,70 @@ pub struct AdamW {
     config: AdamWConfig,
     names: Vec<String>,
     vars: Vec<Var>,
-    first_moments: Vec<Tensor>,
-    second_moments: Vec<Tensor>,
+    moments: Moments,
     step: usize,
+}
+
+/// The first and second moments, kept in the layout the last update wanted.
+enum Moments {
+    /// One tensor per parameter: the CPU's in-place kernels, and tensor-op steps where some
+    /// parameter has no gradient (it must not move).
+    PerParameter { m: Vec<Tensor>, v: Vec<Tensor> },
+    /// Every parameter's moments in one flat f32 vector each, in parameter order: a tensor-op
+    /// step is then a handful of ops over the whole model instead of a set per parameter (each
+    /// op is a kernel launch on a GPU).
+    Flat { m: Tensor, v: Tensor },
+}
+
+impl Moments {
+    /// The moments one tensor per parameter (splitting flat ones, each part its own storage).
+    fn per_parameter(
+        &mut self,
+        vars: &[Var],
+    ) -> candle_core::Result<(&mut [Tensor], &mut [Tensor])> {
+        if let Moments::Flat { m, v } = self {
+            let split = |flat: &Tensor| -> candle_core::Result<Vec<Tensor>> {
+                let mut offset = 0;
+                vars.iter()
+                    .map(|var| {
+                        let n = var.elem_count();
+                        let part = flat.narrow(0, offset, n)?.reshape(var.shape())?.copy();
+                        offset += n;
+                        part
+                    })
+                    .collect()
+            };
+            *self = Moments::PerParameter {
+                m: split(m)?,
+                v: split(v)?,
+            };
+        }
+        match self {
+            Moments::PerParameter { m, v } => Ok((m, v)),
+            Moments::Flat { .. } => unreachable!("converted above"),
+        }
+    }
+
+    /// The moments as two flat vectors (joining per-parameter ones).
+    fn flat(&mut self) -> candle_core::Result<(&mut Tensor, &mut Tensor)> {
+        if let Moments::PerParameter { m, v } = self {
+            let join = |parts: &[Tensor]| -> candle_core::Result<Tensor> {
+                let flat = parts
+                    .iter()
+                    .map(|t| t.flatten_all())
+                    .collect::<candle_core::Result<Vec<_>>>()?;
+                Tensor::cat(&flat, 0)
+            };
+            *self = Moments::Flat {
+                m: join(m)?,
+                v: join(v)?,
+            };
+        }
+        match self {
+            Moments::Flat { m, v } => Ok((m, v)),
+            Moments::PerParameter { .. } => unreachable!("converted above"),
+        }
+    }
 }
 
 /// What one optimizer step did.
@@ -83,8 +144,10 @@ impl AdamW {
             config,
             names,
             vars,
-            first_moments,
-            second_moments,
+            moments: Moments::PerParameter {
+                m: first_moments,
+                v: second_moments,
+            },
             step: 0,
         })
     }
@@ -185,11 +248,12 @@ impl AdamW {
             bias2: (1.0 - c.beta2.powf(t)) as f32,
             eps: c.eps as f32,
         };
+        let (first_moments, second_moments) = self.moments.per_parameter(&self.vars)?;
         for (((var, m), v), g) in self
             .vars
             .iter()
-            .zip(&self.first_moments)
-            .zip(&self.second_moments)
+            .zip(first_moments.iter())
+            .zip(second_moments.iter())
             .zip(&grads)
         {
             let Some(g) = g else {
@@ -210,12 +274,18 @@ impl AdamW {
         })
     }
 
-    /// [`AdamW::step_with`] written with tensor ops (any device, no host read).
+    /// [`AdamW::step_with`] written with tensor ops (any device, no host read): over flat
+    /// vectors when every parameter has a gradient, per parameter otherwise.
     fn step_with_ops(
         &mut self,
         grads: &[Option<Tensor>],
         learning_rate: f64,
     ) -> Result<StepReport, NetworkError> {
+        if !self.vars.is_empty() && grads.len() == self.vars.len() {
+            if let Some(all) = grads.iter().cloned().collect::<Option<Vec<Tensor>>>() {
+                return self.step_flat(&all, learning_rate);
+            }
+        }
         let grad_norm = Self::grad_norm(grads)?;
         // min(1, max_norm / (norm + 1e-6)) on the device: clipping needs no host read.
         let clip = if self.config.max_grad_norm > 0.0 {
@@ -229,11 +299,12 @@ impl AdamW {
         let t = self.step as f64;
         let bias1 = 1.0 - c.beta1.powf(t);
         let bias2 = 1.0 - c.beta2.powf(t);
+        let (first_moments, second_moments) = self.moments.per_parameter(&self.vars)?;
         for (((var, m), v), g) in self
             .vars
             .iter()
-            .zip(&mut self.first_moments)
-            .zip(&mut self.second_moments)
+            .zip(first_moments.iter_mut())
+            .zip(second_moments.iter_mut())
             .zip(grads)
         {
             let Some(g) = g else {
@@ -258,19 +329,73 @@ impl AdamW {
         })
     }
 
-    /// The optimizer state as named tensors (`m.<param>`, `v.<param>`) and the step count.
-    pub fn state(&self) -> (HashMap<String, Tensor>, usize) {
-        let mut map = HashMap::new();
-        for ((name, m), v) in self
-            .names
+    /// [`AdamW::step_with_ops`] when every parameter has a gradient: the gradients joined into
+    /// one vector, the norm, clipping and both moments as single ops over it, then one
+    /// subtraction per parameter. Equal to the per-parameter update up to float rounding.
+    fn step_flat(
+        &mut self,
+        grads: &[Tensor],
+        learning_rate: f64,
+    ) -> Result<StepReport, NetworkError> {
+        let device = self.vars[0].device().clone();
+        let pieces = grads
             .iter()
-            .zip(&self.first_moments)
-            .zip(&self.second_moments)
-        {
-            map.insert(format!("m.{name}"), m.clone());
-            map.insert(format!("v.{name}"), v.clone());
+            .map(|g| {
+                g.to_device(&device)?
+                    .to_dtype(candle_core::DType::F32)?
+                    .flatten_all()
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let g = Tensor::cat(&pieces, 0)?;
+        let grad_norm = g.sqr()?.sum_all()?.sqrt()?;
+        let g = if self.config.max_grad_norm > 0.0 {
+            let limit = Tensor::full(self.config.max_grad_norm as f32, (), &device)?;
+            let clip = limit.div(&(&grad_norm + 1e-6)?)?.minimum(1f32)?;
+            g.broadcast_mul(&clip)?
+        } else {
+            g
+        };
+        self.step += 1;
+        let c = self.config.clone();
+        let t = self.step as f64;
+        let (bias1, bias2) = (1.0 - c.beta1.powf(t), 1.0 - c.beta2.powf(t));
+        let (m, v) = self.moments.flat()?;
+        *m = ((&*m * c.beta1)? + (&g * (1.0 - c.beta1))?)?;
+        *v = ((&*v * c.beta2)? + (g.sqr()? * (1.0 - c.beta2))?)?;
+        let update = (((&*m / bias1)? / ((&*v / bias2)?.sqrt()? + c.eps)?)? * learning_rate)?;
+        let mut offset = 0;
+        for var in &self.vars {
+            let n = var.elem_count();
+            let step = update.narrow(0, offset, n)?.reshape(var.shape())?;
+            let decayed = (var.as_tensor() * (1.0 - learning_rate * c.weight_decay))?;
+            var.set(&(decayed - step)?)?;
+            offset += n;
         }
-        (map, self.step)
+        Ok(StepReport {
+            grad_norm,
+            learning_rate,
+        })
+    }
+
+    /// The optimizer state as named tensors (`m.<param>`, `v.<param>`) and the step count.
+    pub fn state(&self) -> Result<(HashMap<String, Tensor>, usize), NetworkError> {
+        let mut map = HashMap::new();
+        let mut offset = 0;
+        for (i, (name, var)) in self.names.iter().zip(&self.vars).enumerate() {
+            let (m, v) = match &self.moments {
+                Moments::PerParameter { m, v } => (m[i].clone(), v[i].clone()),
+                Moments::Flat { m, v } => {
+                    let n = var.elem_count();
+                    let at = offset;
+                    offset += n;
+                    let part = |flat: &Tensor| flat.narrow(0, at, n)?.reshape(var.shape());
+                    (part(m)?, part(v)?)
+                }
+            };
+            map.insert(format!("m.{name}"), m);
+            map.insert(format!("v.{name}"), v);
+        }
+        Ok((map, self.step))
     }
 
     /// Restore a state written by [`AdamW::state`]; every moment must be present with its shape.
@@ -279,11 +404,9 @@ impl AdamW {
         mut state: HashMap<String, Tensor>,
         step: usize,
     ) -> Result<(), NetworkError> {
+        let (first_moments, second_moments) = self.moments.per_parameter(&self.vars)?;
         for (i, name) in self.names.iter().enumerate() {
-            for (prefix, slot) in [
-                ("m", &mut self.first_moments[i]),
-                ("v", &mut self.second_moments[i]),
-            ] {
+            for (prefix, slot) in [("m", &mut first_moments[i]), ("v", &mut second_moments[i])] {
                 let key = format!("{prefix}.{name}");
                 let t = state
                     .remove(&key)
@@ -353,7 +476,7 @@ mod tests {
         let v = x.as_tensor().to_vec1::<f32>().unwrap();
         assert!(v.iter().all(|x| x.abs() < 0.05), "{v:?}");
         assert_eq!(opt.step_count(), 300);
-        let (state, step) = opt.state();
+        let (state, step) = opt.state().unwrap();
         assert_eq!(step, 300);
         assert!(state.contains_key("m.x") && state.contains_key("v.x"));
     }
@@ -434,11 +557,97 @@ mod tests {
             in_place_vars[2].as_tensor().to_vec1::<f32>().unwrap(),
             vec![3.0]
         );
-        let (sa, _) = in_place.state();
-        let (sb, _) = ops.state();
+        let (sa, _) = in_place.state().unwrap();
+        let (sb, _) = ops.state().unwrap();
         for (name, t) in &sa {
             close(t, &sb[name], name);
         }
         assert_eq!(in_place.step_count(), 5);
+    }
+
+    #[test]
+    fn the_flat_tensor_op_update_equals_the_in_place_update_across_layout_changes() {
+        let dev = candle_core::Device::Cpu;
+        let config = AdamWConfig {
+            learning_rate: 0.01,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+            max_grad_norm: 0.5,
+        };
+        let start = [
+            Tensor::new(&[[0.5f32, -1.0, 2.0], [0.1, 0.0, -0.3]], &dev).unwrap(),
+            Tensor::new(&[1.5f32, -0.25], &dev).unwrap(),
+            Tensor::new(&[3.0f32], &dev).unwrap(),
+        ];
+        let make = || {
+            let vars: Vec<Var> = start
+                .iter()
+                .map(|t| Var::from_tensor(&t.copy().unwrap()).unwrap())
+                .collect();
+            let named = vars
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (format!("p{i}"), v.clone()))
+                .collect();
+            (vars, AdamW::new(named, config.clone()).unwrap())
+        };
+        let (in_place_vars, mut in_place) = make();
+        let (op_vars, mut ops) = make();
+        let mut flat_steps = 0;
+        for step in 0..8 {
+            let s = step as f32;
+            // Every gradient present (the flat update), except at step 4 (per parameter).
+            let grads = vec![
+                Some(
+                    Tensor::new(&[[0.3f32, 1.0], [-2.0, 0.5], [0.7, -0.1 * s]], &dev)
+                        .unwrap()
+                        .t()
+                        .unwrap(),
+                ),
+                (step != 4).then(|| Tensor::new(&[-0.4f32, 0.9 - 0.2 * s], &dev).unwrap()),
+                Some(Tensor::new(&[0.05f32 * s], &dev).unwrap()),
+            ];
+            let a = in_place.step_in_place(&grads, 0.01).unwrap();
+            let b = ops.step_with_ops(&grads, 0.01).unwrap();
+            if matches!(ops.moments, Moments::Flat { .. }) {
+                flat_steps += 1;
+            }
+            let (na, nb) = (
+                a.grad_norm.to_scalar::<f32>().unwrap(),
+                b.grad_norm.to_scalar::<f32>().unwrap(),
+            );
+            assert!(
+                (na - nb).abs() < 1e-5 * nb,
+                "step {step}: norm {na} vs {nb}"
+            );
+        }
+        assert_eq!(
+            flat_steps, 7,
+            "the flat update ran on every step with all gradients"
+        );
+        let values = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        for (i, (a, b)) in in_place_vars.iter().zip(&op_vars).enumerate() {
+            for (x, y) in values(a.as_tensor()).iter().zip(values(b.as_tensor())) {
+                assert!((x - y).abs() <= 1e-6 * (1.0 + y.abs()), "p{i}: {x} vs {y}");
+            }
+        }
+        // The flat moments are saved per parameter, with the parameters' shapes.
+        let (sa, _) = in_place.state().unwrap();
+        let (sb, _) = ops.state().unwrap();
+        assert_eq!(sa.len(), 6);
+        for (name, t) in &sa {
+            assert_eq!(t.dims(), sb[name].dims(), "{name}");
+            for (x, y) in values(t).iter().zip(values(&sb[name])) {
+                assert!(
+                    (x - y).abs() <= 1e-6 * (1.0 + y.abs()),
+                    "{name}: {x} vs {y}"
+                );
+            }
+        }
+        // And a saved state loads back into an optimizer whose moments are flat.
+        ops.load_state(sa, 8).unwrap();
+        assert!(matches!(ops.moments, Moments::PerParameter { .. }));
     }
 }

@@ -278,7 +278,7 @@ impl<'a> TrainingRun<'a> {
 
     fn save_checkpoint(&mut self) -> Result<PathBuf> {
         let clock = Instant::now();
-        let (optimizer, optimizer_step) = self.learner.optimizer().state();
+        let (optimizer, optimizer_step) = self.learner.optimizer().state()?;
         let data = CheckpointData {
             config: self.config,
             network: self.learner.network().spec(),
