@@ -51,15 +51,54 @@ pub fn open_device(kind: DeviceKind) -> Result<Device> {
             // f32 matrix products may use TF32 tensor cores (bf16, the CUDA default, is not
             // affected): `model_dtype = float32` on a GPU trades ~3 decimal digits for speed.
             candle_core::cuda::set_gemm_reduced_precision_f32(true);
-            Device::new_cuda_with_stream(index).with_context(|| {
+            let device = Device::new_cuda_with_stream(index).with_context(|| {
                 format!(
                     "cannot open CUDA device {index}: is an NVIDIA GPU with a driver present, and \
                      does the driver support the CUDA version this binary was built with \
                      (README, \"GPU run-time libraries\")?"
                 )
-            })
+            })?;
+            #[cfg(feature = "cuda")]
+            light_launches(&device)
+                .with_context(|| format!("cannot configure CUDA device {index}"))?;
+            Ok(device)
         }
     }
+}
+
+/// Two driver settings that take host work off every op on a GPU opened with one stream:
+///
+/// - **No event tracking.** With a stream of its own the context is in cudarc's multi-stream
+///   mode, where every buffer records an event at each use so that other streams can wait for
+///   it. All of a device's work here runs on its one stream (the reason for that stream, see
+///   [`open_device`]), and tensors cross devices through the host, which synchronises, so the
+///   events order nothing and cost a driver call per op.
+/// - **The memory pool keeps what it frees.** Buffers come from the stream-ordered allocator
+///   (`cuMemAllocAsync`); with the default release threshold of 0 its pool hands freed memory
+///   back to the driver at every synchronisation and asks for it again on the next step.
+///   The threshold is raised to "never" for the device's current pool.
+#[cfg(feature = "cuda")]
+fn light_launches(device: &Device) -> Result<()> {
+    use candle_core::cuda_backend::cudarc::driver::{result, sys};
+    let context = device.as_cuda_device()?.cuda_stream().context().clone();
+    // SAFETY: cudarc asks the caller to order the streams' uses of each buffer when tracking is
+    // off; every buffer created from here on lives on this device's single stream (above).
+    unsafe { context.disable_event_tracking() };
+    if context.has_async_alloc() {
+        context.bind_to_thread()?;
+        let mut threshold: u64 = u64::MAX;
+        // SAFETY: `cu_device` is the context's own device handle, the pool it returns is valid
+        // for it, and the release threshold attribute is a `cuuint64_t` (`threshold`).
+        unsafe {
+            let pool = result::device::get_mem_pool(context.cu_device())?;
+            result::mem_pool::set_attribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut threshold as *mut u64).cast(),
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// Set once an error has been printed where it happened (see [`report_before_teardown`]).
