@@ -31,8 +31,14 @@ use console::ConsoleSink;
 use cumind::distributed::Collective;
 use input::{dedicated_flags, explicit_keys, load_agent, warn_ignored_keys};
 
-/// Open `kind` (the only place a device is chosen).
+/// Open `kind` (the only place a device is chosen), as the process's only GPU.
 pub fn open_device(kind: DeviceKind) -> Result<Device> {
+    open(kind, true)
+}
+
+/// Open `kind`; `alone`: no other GPU stream will exist in this process (see
+/// [`light_launches`]).
+fn open(kind: DeviceKind, alone: bool) -> Result<Device> {
     match kind {
         DeviceKind::Cpu => Ok(Device::Cpu),
         DeviceKind::Cuda(index) => {
@@ -59,8 +65,10 @@ pub fn open_device(kind: DeviceKind) -> Result<Device> {
                 )
             })?;
             #[cfg(feature = "cuda")]
-            light_launches(&device)
+            light_launches(&device, alone)
                 .with_context(|| format!("cannot configure CUDA device {index}"))?;
+            #[cfg(not(feature = "cuda"))]
+            let _ = alone;
             Ok(device)
         }
     }
@@ -68,22 +76,26 @@ pub fn open_device(kind: DeviceKind) -> Result<Device> {
 
 /// Two driver settings that take host work off every op on a GPU opened with one stream:
 ///
-/// - **No event tracking.** With a stream of its own the context is in cudarc's multi-stream
-///   mode, where every buffer records an event at each use so that other streams can wait for
-///   it. All of a device's work here runs on its one stream (the reason for that stream, see
-///   [`open_device`]), and tensors cross devices through the host, which synchronises, so the
-///   events order nothing and cost a driver call per op.
+/// - **No event tracking, for a GPU used alone.** With a stream of its own the context is in
+///   cudarc's multi-stream mode, where every buffer records an event at each use so that other
+///   streams can wait for it. With one GPU all work runs on its one stream (the reason for that
+///   stream, see [`open`]), so the events order nothing and cost a driver call per op. With
+///   several GPUs tracking stays on: candle copies a tensor between GPUs on the destination's
+///   stream while the source's stream may still be writing it, and the events order that.
 /// - **The memory pool keeps what it frees.** Buffers come from the stream-ordered allocator
 ///   (`cuMemAllocAsync`); with the default release threshold of 0 its pool hands freed memory
 ///   back to the driver at every synchronisation and asks for it again on the next step.
 ///   The threshold is raised to "never" for the device's current pool.
 #[cfg(feature = "cuda")]
-fn light_launches(device: &Device) -> Result<()> {
+fn light_launches(device: &Device, alone: bool) -> Result<()> {
     use candle_core::cuda_backend::cudarc::driver::{result, sys};
     let context = device.as_cuda_device()?.cuda_stream().context().clone();
-    // SAFETY: cudarc asks the caller to order the streams' uses of each buffer when tracking is
-    // off; every buffer created from here on lives on this device's single stream (above).
-    unsafe { context.disable_event_tracking() };
+    if alone {
+        // SAFETY: cudarc asks the caller to order the streams' uses of each buffer when
+        // tracking is off; with one GPU in the process every buffer created from here on is
+        // used on this device's single stream only (above).
+        unsafe { context.disable_event_tracking() };
+    }
     if context.has_async_alloc() {
         context.bind_to_thread()?;
         let mut threshold: u64 = u64::MAX;
@@ -128,9 +140,12 @@ fn report_before_teardown<T>(result: Result<T>, devices: Vec<Device>) -> Result<
 pub fn open_devices(first: DeviceKind, count: usize) -> Result<Vec<Device>> {
     match first {
         DeviceKind::Cpu => Ok(vec![Device::Cpu; count.max(1)]),
-        DeviceKind::Cuda(first) => (first..first + count.max(1))
-            .map(|i| open_device(DeviceKind::Cuda(i)))
-            .collect(),
+        DeviceKind::Cuda(first) => {
+            let alone = count <= 1;
+            (first..first + count.max(1))
+                .map(|i| open(DeviceKind::Cuda(i), alone))
+                .collect()
+        }
     }
 }
 
