@@ -1,8 +1,9 @@
 //! Tensor ops, device-to-host reads and heap allocations per search simulation and per
 //! training step, counted on the CPU (the same code issues the same ops on CUDA, where each op
 //! is a kernel launch and each read a blocking synchronisation). See `cumind::op_count`.
-//! The search is measured on its tensor path (`SearchModel::on_tensors`, what a GPU runs); on
-//! the CPU an MLP network searches on the host instead, with no tensor op at all.
+//! Three tables: candle's elementary ops only (the fast paths off), the tensor path with the
+//! fused kernels (what a GPU runs: `network::fused` has CUDA kernels), and the CPU's own path,
+//! where an MLP network searches and trains on host buffers with almost no tensor op.
 //!
 //! ```sh
 //! cargo run --release --example op_counts                      # the defaults (CartPole)
@@ -89,14 +90,25 @@ fn main() {
         sims,
         config.training.batch_size
     );
-    for (fast, path) in [
-        (false, "tensor path: the ops CUDA runs"),
+    for (fused, host, path) in [
         (
+            false,
+            false,
+            "written-out ops: what CUDA ran before it had kernels of its own",
+        ),
+        (
+            true,
+            false,
+            "tensor path with the fused kernels: the ops CUDA runs (`cuda` feature)",
+        ),
+        (
+            true,
             true,
             "CPU path: host MLP inference and training (hand-written backward), in-place AdamW",
         ),
     ] {
-        cumind::network::fused::set_cpu_fast_paths(fast);
+        cumind::network::fused::set_fused_kernels(fused);
+        cumind::network::fused::set_host_paths(host);
         println!("\n{path}\n");
         measure(&config, &env, &network, &search, &mut rng);
     }

@@ -191,3 +191,98 @@ fn search_on_cuda_matches_the_cpu() {
     let same = a.iter().zip(&b).filter(|(x, y)| x == y).count();
     assert!(same >= 7, "actions cpu {a:?} vs cuda {b:?}");
 }
+
+/// Each fused op (`network::fused`, CUDA kernels in src/network/fused_kernels.cu) against the
+/// same op on the CPU, forward and backward, on shapes that are not multiples of a warp or of
+/// a block's rows, and on an input that starts at an offset in its storage (a narrowed view).
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn fused_kernels_match_the_cpu_forward_and_backward() {
+    use candle_core::Var;
+    use cumind::network::fused::{add_bias, layer_norm, relu, soft_cross_entropy};
+    let cuda = gpu(0);
+    let random = |rows: usize, cols: usize, seed: u64| {
+        use rand::Rng;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let v: Vec<f32> = (0..rows * cols)
+            .map(|_| rng.random_range(-2.0..2.0))
+            .collect();
+        Tensor::from_vec(v, (rows, cols), &Device::Cpu).unwrap()
+    };
+    for (rows, cols) in [(1, 1), (5, 3), (37, 70), (768, 64), (300, 1030)] {
+        // Two extra rows in front: the op's input is a view at an offset.
+        let x = random(rows + 2, cols, 1);
+        let gamma = random(1, cols, 2).squeeze(0).unwrap();
+        let beta = random(1, cols, 3).squeeze(0).unwrap();
+        let weights = random(rows, cols, 4);
+        let targets = candle_nn::ops::softmax_last_dim(&random(rows, cols, 5)).unwrap();
+        // The sum of each op's output weighted by fixed values, so every output element
+        // carries a different gradient back.
+        type Op = dyn Fn(&[Tensor]) -> Tensor;
+        let ops: [(&str, Box<Op>); 4] = [
+            (
+                "layer norm",
+                Box::new(|t: &[Tensor]| layer_norm(&t[0], &t[1], &t[2], 1e-5).unwrap()),
+            ),
+            (
+                "bias add",
+                Box::new(|t: &[Tensor]| add_bias(&t[0], &t[1]).unwrap()),
+            ),
+            (
+                "relu",
+                Box::new(|t: &[Tensor]| relu(&t[0].contiguous().unwrap()).unwrap()),
+            ),
+            (
+                "soft cross-entropy",
+                Box::new(|t: &[Tensor]| soft_cross_entropy(&t[0], &t[3]).unwrap()),
+            ),
+        ];
+        for (name, op) in &ops {
+            let run = |device: &Device| {
+                let vars: Vec<Var> = [&x, &gamma, &beta]
+                    .iter()
+                    .map(|t| Var::from_tensor(&t.to_device(device).unwrap()).unwrap())
+                    .collect();
+                let mut inputs: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
+                inputs[0] = inputs[0].narrow(0, 2, rows).unwrap();
+                inputs.push(targets.to_device(device).unwrap());
+                let out = op(&inputs);
+                let w = if out.rank() == 1 {
+                    weights.narrow(1, 0, 1).unwrap().squeeze(1).unwrap()
+                } else {
+                    weights.clone()
+                };
+                let loss = (out.clone() * w.to_device(device).unwrap())
+                    .unwrap()
+                    .sum_all()
+                    .unwrap();
+                let grads = loss.backward().unwrap();
+                let grads: Vec<Option<Vec<f32>>> = vars
+                    .iter()
+                    .map(|v| grads.get(v.as_tensor()).map(host))
+                    .collect();
+                (host(&out), grads)
+            };
+            let (cpu_out, cpu_grads) = run(&Device::Cpu);
+            let (gpu_out, gpu_grads) = run(&cuda);
+            let worst = worst_relative(&gpu_out, &cpu_out);
+            assert!(
+                worst < 1e-4,
+                "{name} {rows}x{cols}: outputs differ by {worst}"
+            );
+            for (i, (c, g)) in cpu_grads.iter().zip(&gpu_grads).enumerate() {
+                match (c, g) {
+                    (Some(c), Some(g)) => {
+                        let worst = worst_relative(g, c);
+                        assert!(
+                            worst < 1e-3,
+                            "{name} {rows}x{cols}: gradient of input {i} differs by {worst}"
+                        );
+                    }
+                    (None, None) => {}
+                    _ => panic!("{name}: input {i} has a gradient on one device only"),
+                }
+            }
+        }
+    }
+}

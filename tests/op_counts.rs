@@ -168,10 +168,10 @@ fn a_training_step_reads_from_the_device_at_most_twice() {
     }
 }
 
-#[test]
-fn the_cpu_fast_paths_train_like_the_tensor_path() {
-    use cumind::network::fused::set_cpu_fast_paths;
-    let _guard = LOCK.lock().unwrap();
+/// Four training steps of a fresh learner on fixed batches, with the fused kernels and the
+/// CPU's host paths as given: the losses and the final weights.
+fn train_four_steps(fused: bool, host: bool) -> (Vec<f32>, Vec<f32>, u64) {
+    use cumind::network::fused::{set_fused_kernels, set_host_paths};
     let mut replay = ReplayBuffer::new(replay_config(10_000, 5, 10, 0.997));
     let mut rng = rand::rngs::StdRng::seed_from_u64(8);
     let game = RandomGame {
@@ -190,25 +190,53 @@ fn the_cpu_fast_paths_train_like_the_tensor_path() {
         .map(|_| replay.sample(16, &mut rng).unwrap())
         .collect();
     let config = Config::default_config();
-    let run = |fast: bool| {
-        set_cpu_fast_paths(fast);
-        let net = MuZeroNetwork::new(tiny_spec(vec![4], 2), 3, &Device::Cpu, DType::F32).unwrap();
-        let mut learner =
-            Learner::new(net, cumind::components::learner_config(&config, 100)).unwrap();
-        let losses: Vec<f32> = batches
-            .iter()
-            .map(|b| learner.train_step(b).unwrap().total_loss)
-            .collect();
-        let weights = cumind::testing::learner::weights(learner.network());
-        set_cpu_fast_paths(true);
-        (losses, weights)
-    };
-    let (fast_losses, fast_weights) = run(true);
-    let (op_losses, op_weights) = run(false);
-    for (a, b) in fast_losses.iter().zip(&op_losses) {
-        assert!((a - b).abs() < 1e-4 * b.abs().max(1.0), "loss {a} vs {b}");
+    set_fused_kernels(fused);
+    set_host_paths(host);
+    let net = MuZeroNetwork::new(tiny_spec(vec![4], 2), 3, &Device::Cpu, DType::F32).unwrap();
+    let mut learner = Learner::new(net, cumind::components::learner_config(&config, 100)).unwrap();
+    let mark = OpCount::start();
+    let losses: Vec<f32> = batches
+        .iter()
+        .map(|b| learner.train_step(b).unwrap().total_loss)
+        .collect();
+    let ops = OpCount::since(mark).tensor_ops;
+    let weights = cumind::testing::learner::weights(learner.network());
+    set_fused_kernels(true);
+    set_host_paths(true);
+    (losses, weights, ops)
+}
+
+#[test]
+fn the_cpu_fast_paths_train_like_the_tensor_path() {
+    let _guard = LOCK.lock().unwrap();
+    let (op_losses, op_weights, _) = train_four_steps(false, false);
+    // The fused kernels on the tensor path (what CUDA runs), then every fast path.
+    for (fused, host) in [(true, false), (true, true)] {
+        let (losses, weights, _) = train_four_steps(fused, host);
+        for (a, b) in losses.iter().zip(&op_losses) {
+            assert!(
+                (a - b).abs() < 1e-4 * b.abs().max(1.0),
+                "fused {fused}, host {host}: loss {a} vs {b}"
+            );
+        }
+        for (a, b) in weights.iter().zip(&op_weights) {
+            assert!(
+                (a - b).abs() < 1e-4,
+                "fused {fused}, host {host}: weight {a} vs {b}"
+            );
+        }
     }
-    for (a, b) in fast_weights.iter().zip(&op_weights) {
-        assert!((a - b).abs() < 1e-4, "weight {a} vs {b}");
-    }
+}
+
+#[test]
+fn the_fused_kernels_cut_a_training_steps_ops_by_a_third_at_least() {
+    let _guard = LOCK.lock().unwrap();
+    let (_, _, written_out) = train_four_steps(false, false);
+    let (_, _, fused) = train_four_steps(true, false);
+    // Each layer norm is one op forward and one backward instead of dozens; each bias add,
+    // ReLU and cross-entropy one each way.
+    assert!(
+        3 * fused < 2 * written_out,
+        "{fused} ops with the fused kernels, {written_out} without"
+    );
 }

@@ -1,40 +1,74 @@
-//! Fused CPU kernels, each with a hand-written backward pass, for what dominates a training
-//! step's op count on the CPU: layer normalisation, a linear layer's bias add, ReLU, and the
-//! loss's soft-target cross-entropy.
+//! Fused kernels, each with a hand-written backward pass, for what dominates a training step's
+//! op count: layer normalisation, a linear layer's bias add, ReLU, and the loss's soft-target
+//! cross-entropy.
 //!
 //! Written out with candle's elementary ops, a layer norm is about fifteen tensors forward and
 //! more backward, a log-softmax cross-entropy about ten, and every broadcast add's backward sums
 //! the batch dimension with candle's strided reduction (the hottest function of the training
 //! profile in docs/benchmarks.md). Each kernel here is one op forward and one backward, and
-//! allocates only its output. They run for f32 tensors on the CPU; any other dtype or device
-//! takes the written-out path (`fusable`), so CUDA and bf16 compute are unchanged.
+//! allocates only its output. They run for f32 tensors on the CPU and, with the `cuda`
+//! feature, on CUDA (`fused_cuda`: the same computations as CUDA kernels, where every op saved
+//! is a kernel launch saved); any other dtype takes the written-out path (`fusable`), so bf16
+//! compute is unchanged.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor, D};
 
-/// Whether the CPU-only fast paths are on (the default): these kernels, the in-place AdamW
-/// (`train::adamw_cpu`) and host inference (`network::host_mlp`).
-static CPU_FAST_PATHS: AtomicBool = AtomicBool::new(true);
+/// Whether the fused kernels of this file are used (the default).
+static FUSED_KERNELS: AtomicBool = AtomicBool::new(true);
+/// Whether the CPU's host paths are used (the default): the in-place AdamW
+/// (`train::adamw_cpu`), host inference (`network::host_mlp`) and the host training step
+/// (`train::host_loss`).
+static HOST_PATHS: AtomicBool = AtomicBool::new(true);
 
-/// Turn the CPU-only fast paths off or on, for the whole process. Off, the CPU runs the same
-/// tensor ops as CUDA does: `examples/op_counts.rs` counts the GPU's ops that way.
+/// Turn every fast path (the fused kernels and the CPU's host paths) off or on, for the whole
+/// process. Off, the CPU runs candle's elementary ops only: what CUDA ran before it had
+/// kernels of its own, and what the fast paths are tested against.
 pub fn set_cpu_fast_paths(enabled: bool) {
-    CPU_FAST_PATHS.store(enabled, Ordering::Relaxed);
+    FUSED_KERNELS.store(enabled, Ordering::Relaxed);
+    HOST_PATHS.store(enabled, Ordering::Relaxed);
 }
 
-/// See [`set_cpu_fast_paths`].
+/// Whether every fast path is on (see [`set_cpu_fast_paths`]).
 pub fn cpu_fast_paths() -> bool {
-    CPU_FAST_PATHS.load(Ordering::Relaxed)
+    fused_kernels() && host_paths()
 }
 
-/// Whether every tensor is f32 on the CPU, where the fused kernels run (unless the CPU fast
-/// paths are off).
+/// Turn the fused kernels (CPU and CUDA) off or on, for the whole process.
+pub fn set_fused_kernels(enabled: bool) {
+    FUSED_KERNELS.store(enabled, Ordering::Relaxed);
+}
+
+/// See [`set_fused_kernels`].
+pub fn fused_kernels() -> bool {
+    FUSED_KERNELS.load(Ordering::Relaxed)
+}
+
+/// Turn the CPU's host paths off or on, for the whole process. With the fused kernels on and
+/// the host paths off, the CPU issues the same ops as CUDA does: `examples/op_counts.rs`
+/// counts the GPU's ops that way.
+pub fn set_host_paths(enabled: bool) {
+    HOST_PATHS.store(enabled, Ordering::Relaxed);
+}
+
+/// See [`set_host_paths`].
+pub fn host_paths() -> bool {
+    HOST_PATHS.load(Ordering::Relaxed)
+}
+
+/// Whether the fused kernels have an implementation on `device`: the CPU, and CUDA in a build
+/// with the `cuda` feature.
+fn has_kernels(device: &candle_core::Device) -> bool {
+    device.is_cpu() || (cfg!(feature = "cuda") && device.is_cuda())
+}
+
+/// Whether every tensor is f32 on a device with the fused kernels (and they are on).
 pub fn fusable(tensors: &[&Tensor]) -> bool {
-    cpu_fast_paths()
+    fused_kernels()
         && tensors
             .iter()
-            .all(|t| t.device().is_cpu() && t.dtype() == DType::F32)
+            .all(|t| has_kernels(t.device()) && t.dtype() == DType::F32)
 }
 
 /// The f32 elements of a contiguous CPU tensor.
@@ -194,6 +228,19 @@ impl CustomOp3 for LayerNorm {
         "cumind-layer-norm"
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::fused_cuda::layer_norm((s1, l1), (s2, l2), (s3, l3), self.eps)
+    }
+
     fn cpu_fwd(
         &self,
         s1: &CpuStorage,
@@ -245,6 +292,19 @@ impl CustomOp3 for LayerNormBackward {
         "cumind-layer-norm-backward"
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::fused_cuda::layer_norm_backward((s1, l1), (s2, l2), (s3, l3), self.eps)
+    }
+
     /// Inputs: the output gradient, x, gamma.
     fn cpu_fwd(
         &self,
@@ -289,6 +349,17 @@ impl CustomOp2 for BiasAdd {
         "cumind-bias-add"
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::fused_cuda::bias_add((s1, l1), (s2, l2))
+    }
+
     fn cpu_fwd(
         &self,
         s1: &CpuStorage,
@@ -329,6 +400,15 @@ impl CustomOp1 for SumRows {
         "cumind-sum-rows"
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::fused_cuda::sum_rows((s, l))
+    }
+
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         let g = elements(s, l)?;
         let d = last_dim(l)?;
@@ -362,6 +442,15 @@ impl CustomOp1 for Relu {
         "cumind-relu"
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::fused_cuda::relu((s, l))
+    }
+
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         let out = elements(s, l)?.iter().map(|&v| v.max(0.0)).collect();
         Ok((CpuStorage::F32(out), l.shape().clone()))
@@ -378,6 +467,17 @@ struct ReluBackward;
 impl CustomOp2 for ReluBackward {
     fn name(&self) -> &'static str {
         "cumind-relu-backward"
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::fused_cuda::relu_backward((s1, l1), (s2, l2))
     }
 
     fn cpu_fwd(
@@ -430,6 +530,17 @@ impl CustomOp2 for SoftCrossEntropy {
         "cumind-soft-cross-entropy"
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::fused_cuda::soft_cross_entropy((s1, l1), (s2, l2))
+    }
+
     fn cpu_fwd(
         &self,
         s1: &CpuStorage,
@@ -477,6 +588,19 @@ struct SoftCrossEntropyBackward;
 impl CustomOp3 for SoftCrossEntropyBackward {
     fn name(&self) -> &'static str {
         "cumind-soft-cross-entropy-backward"
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::fused_cuda::soft_cross_entropy_backward((s1, l1), (s2, l2), (s3, l3))
     }
 
     /// Inputs: the per-row output gradient `[B]`, logits, targets; out: `[B, n]`

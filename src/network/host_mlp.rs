@@ -312,9 +312,9 @@ impl HostStep {
 
 impl HostMlp {
     /// Whether `network` can run here: MLP networks with f32 compute on the CPU (unless the
-    /// CPU fast paths are off, `fused::set_cpu_fast_paths`).
+    /// CPU's host paths are off, `fused::set_host_paths`).
     pub fn supports(network: &MuZeroNetwork) -> bool {
-        super::fused::cpu_fast_paths()
+        super::fused::host_paths()
             && network.device().is_cpu()
             && network.dtype() == DType::F32
             && !network.spec().uses_conv()

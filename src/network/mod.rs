@@ -6,6 +6,8 @@
 
 pub mod conv;
 pub mod fused;
+#[cfg(feature = "cuda")]
+mod fused_cuda;
 pub mod host_mlp;
 pub mod layers;
 pub mod mlp;

@@ -6,9 +6,9 @@
 use candle_core::{CpuStorage, DType, InplaceOp2, InplaceOp3, Layout, Storage, Tensor};
 
 /// Whether `t` is an f32 tensor on the CPU (and the CPU fast paths are on,
-/// `network::fused::set_cpu_fast_paths`).
+/// `network::fused::set_host_paths`).
 pub fn on_cpu_f32(t: &Tensor) -> bool {
-    crate::network::fused::cpu_fast_paths() && t.device().is_cpu() && t.dtype() == DType::F32
+    crate::network::fused::host_paths() && t.device().is_cpu() && t.dtype() == DType::F32
 }
 
 fn contiguous<'a>(storage: &'a CpuStorage, layout: &Layout) -> candle_core::Result<&'a [f32]> {

@@ -1,0 +1,304 @@
+//! The CUDA side of the fused ops in [`super::fused`]: launches of the kernels in
+//! `src/network/fused_kernels.cu` (f32), which build.rs compiles to PTX with nvcc in a `cuda`
+//! build. Each op is one tensor, as on the CPU: where the written-out forms issue a dozen
+//! kernels and their autograd backward twice that, the layer norm here is one launch forward
+//! and two backward, the bias add and ReLU one each way, the soft cross-entropy one each way.
+//!
+//! The kernels compute what the CPU kernels compute; the `#[ignore]`d GPU tests
+//! (tests/gpu.rs) compare the CUDA loss and gradients with the CPU's.
+
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::{CudaDevice, CudaStorage, WrapErr};
+use candle_core::{Layout, Result, Shape};
+
+mod ptx {
+    /// The PTX of src/network/fused_kernels.cu, compiled by build.rs.
+    pub const FUSED_KERNELS: &str = include_str!(concat!(env!("OUT_DIR"), "/fused_kernels.ptx"));
+}
+
+/// The module name the PTX is cached under on each device.
+const MODULE: &str = "cumind_fused_kernels";
+/// Threads per warp, as the kernels assume.
+const WARP: u32 = 32;
+/// Rows per block of the row kernels (one warp each).
+const ROWS_PER_BLOCK: u32 = 8;
+/// Row phases of a column sum (`PHASES` in the .cu file).
+const PHASES: u32 = 32;
+/// Threads per block of the elementwise kernels.
+const ELEMENTWISE_BLOCK: u32 = 256;
+
+/// `storage`'s f32 elements as `layout` addresses them, which must be contiguous.
+fn view<'a>(storage: &'a CudaStorage, layout: &Layout) -> Result<CudaView<'a, f32>> {
+    let slice = storage.as_cuda_slice::<f32>()?;
+    match layout.contiguous_offsets() {
+        Some((start, end)) => Ok(slice.slice(start..end)),
+        None => candle_core::bail!("fused CUDA kernel: input is not contiguous"),
+    }
+}
+
+/// Rows and row length of a layout (the kernels work along the last dimension).
+fn rows_and_width(layout: &Layout) -> Result<(usize, usize)> {
+    let d = match layout.dims().last() {
+        Some(&d) if d > 0 => d,
+        _ => candle_core::bail!("fused CUDA kernel: needs a non-empty last dimension"),
+    };
+    let rows = layout.shape().elem_count() / d;
+    if rows > i32::MAX as usize || d > i32::MAX as usize {
+        candle_core::bail!("fused CUDA kernel: {rows} rows of {d} is too large");
+    }
+    Ok((rows, d))
+}
+
+/// One warp per row, `ROWS_PER_BLOCK` rows per block.
+fn row_launch(rows: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((rows as u32).div_ceil(ROWS_PER_BLOCK).max(1), 1, 1),
+        block_dim: (WARP, ROWS_PER_BLOCK, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// One block per 32 columns, `PHASES` row phases each.
+fn column_launch(d: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((d as u32).div_ceil(WARP).max(1), 1, 1),
+        block_dim: (WARP, PHASES, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// A grid-stride launch over `n` elements.
+fn elementwise_launch(n: usize) -> LaunchConfig {
+    let blocks = n.div_ceil(ELEMENTWISE_BLOCK as usize).clamp(1, 65_535) as u32;
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (ELEMENTWISE_BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// A fresh device buffer of `len` f32 values, every one written by the kernel that follows.
+fn output(dev: &CudaDevice, len: usize) -> Result<CudaSlice<f32>> {
+    // SAFETY: each caller's kernel writes every element before anything reads it.
+    unsafe { dev.alloc::<f32>(len) }
+}
+
+fn storage(slice: CudaSlice<f32>, dev: &CudaDevice) -> CudaStorage {
+    CudaStorage::wrap_cuda_slice(slice, dev.clone())
+}
+
+/// Layer norm of the rows of `x` with scale `gamma` and shift `beta`.
+pub fn layer_norm(
+    x: (&CudaStorage, &Layout),
+    gamma: (&CudaStorage, &Layout),
+    beta: (&CudaStorage, &Layout),
+    eps: f32,
+) -> Result<(CudaStorage, Shape)> {
+    let dev = &x.0.device;
+    let (rows, d) = rows_and_width(x.1)?;
+    let (xv, gv, bv) = (
+        view(x.0, x.1)?,
+        view(gamma.0, gamma.1)?,
+        view(beta.0, beta.1)?,
+    );
+    if gv.len() != d || bv.len() != d {
+        candle_core::bail!("layer norm: scale/shift of {} for {d} features", gv.len());
+    }
+    let out = output(dev, rows * d)?;
+    let func = dev.get_or_load_custom_func("cumind_layer_norm_f32", MODULE, ptx::FUSED_KERNELS)?;
+    let mut b = func.builder();
+    b.arg(&xv).arg(&gv).arg(&bv).arg(&out);
+    let (rows_i, d_i) = (rows as i32, d as i32);
+    b.arg(&rows_i).arg(&d_i).arg(&eps);
+    // SAFETY: the argument list matches the kernel's signature.
+    unsafe { b.launch(row_launch(rows)) }.w()?;
+    Ok((storage(out, dev), x.1.shape().clone()))
+}
+
+/// The layer norm's backward: `[dx (rows * d), dgamma (d), dbeta (d)]` packed in one vector.
+pub fn layer_norm_backward(
+    dy: (&CudaStorage, &Layout),
+    x: (&CudaStorage, &Layout),
+    gamma: (&CudaStorage, &Layout),
+    eps: f32,
+) -> Result<(CudaStorage, Shape)> {
+    let dev = &x.0.device;
+    let (rows, d) = rows_and_width(x.1)?;
+    let (dyv, xv, gv) = (view(dy.0, dy.1)?, view(x.0, x.1)?, view(gamma.0, gamma.1)?);
+    if dyv.len() != rows * d || gv.len() != d {
+        candle_core::bail!("layer norm backward: shapes disagree");
+    }
+    let n = rows * d;
+    let mut out = output(dev, n + 2 * d)?;
+    let stats = output(dev, 2 * rows)?;
+    let (rows_i, d_i) = (rows as i32, d as i32);
+    {
+        let (mut dx, _) = out.split_at_mut(n);
+        let func = dev.get_or_load_custom_func(
+            "cumind_layer_norm_backward_rows_f32",
+            MODULE,
+            ptx::FUSED_KERNELS,
+        )?;
+        let mut b = func.builder();
+        b.arg(&dyv).arg(&xv).arg(&gv).arg(&mut dx).arg(&stats);
+        b.arg(&rows_i).arg(&d_i).arg(&eps);
+        // SAFETY: the argument list matches the kernel's signature.
+        unsafe { b.launch(row_launch(rows)) }.w()?;
+    }
+    {
+        let (_, mut params) = out.split_at_mut(n);
+        let (mut dgamma, mut dbeta) = params.split_at_mut(d);
+        let func = dev.get_or_load_custom_func(
+            "cumind_layer_norm_param_grads_f32",
+            MODULE,
+            ptx::FUSED_KERNELS,
+        )?;
+        let mut b = func.builder();
+        b.arg(&dyv)
+            .arg(&xv)
+            .arg(&stats)
+            .arg(&mut dgamma)
+            .arg(&mut dbeta);
+        b.arg(&rows_i).arg(&d_i);
+        // SAFETY: as above.
+        unsafe { b.launch(column_launch(d)) }.w()?;
+    }
+    Ok((storage(out, dev), Shape::from(n + 2 * d)))
+}
+
+/// `y + b`, `b` broadcast over the rows of `y`.
+pub fn bias_add(
+    y: (&CudaStorage, &Layout),
+    bias: (&CudaStorage, &Layout),
+) -> Result<(CudaStorage, Shape)> {
+    let dev = &y.0.device;
+    let (rows, d) = rows_and_width(y.1)?;
+    let (yv, bv) = (view(y.0, y.1)?, view(bias.0, bias.1)?);
+    if bv.len() != d {
+        candle_core::bail!("bias add: bias of {} for {d} features", bv.len());
+    }
+    let n = rows * d;
+    let out = output(dev, n)?;
+    let func = dev.get_or_load_custom_func("cumind_bias_add_f32", MODULE, ptx::FUSED_KERNELS)?;
+    let mut b = func.builder();
+    let d_i = d as i32;
+    b.arg(&yv).arg(&bv).arg(&out).arg(&n).arg(&d_i);
+    // SAFETY: the argument list matches the kernel's signature.
+    unsafe { b.launch(elementwise_launch(n)) }.w()?;
+    Ok((storage(out, dev), y.1.shape().clone()))
+}
+
+/// `[..., d]` -> `[d]`: the sum of all rows.
+pub fn sum_rows(g: (&CudaStorage, &Layout)) -> Result<(CudaStorage, Shape)> {
+    let dev = &g.0.device;
+    let (rows, d) = rows_and_width(g.1)?;
+    let gv = view(g.0, g.1)?;
+    let out = output(dev, d)?;
+    let func = dev.get_or_load_custom_func("cumind_sum_rows_f32", MODULE, ptx::FUSED_KERNELS)?;
+    let mut b = func.builder();
+    let (rows_i, d_i) = (rows as i32, d as i32);
+    b.arg(&gv).arg(&out).arg(&rows_i).arg(&d_i);
+    // SAFETY: the argument list matches the kernel's signature.
+    unsafe { b.launch(column_launch(d)) }.w()?;
+    Ok((storage(out, dev), Shape::from(d)))
+}
+
+/// `max(x, 0)`.
+pub fn relu(x: (&CudaStorage, &Layout)) -> Result<(CudaStorage, Shape)> {
+    let dev = &x.0.device;
+    let xv = view(x.0, x.1)?;
+    let n = xv.len();
+    let out = output(dev, n)?;
+    let func = dev.get_or_load_custom_func("cumind_relu_f32", MODULE, ptx::FUSED_KERNELS)?;
+    let mut b = func.builder();
+    b.arg(&xv).arg(&out).arg(&n);
+    // SAFETY: the argument list matches the kernel's signature.
+    unsafe { b.launch(elementwise_launch(n)) }.w()?;
+    Ok((storage(out, dev), x.1.shape().clone()))
+}
+
+/// The gradient where `x >= 0`, else 0.
+pub fn relu_backward(
+    grad: (&CudaStorage, &Layout),
+    x: (&CudaStorage, &Layout),
+) -> Result<(CudaStorage, Shape)> {
+    let dev = &x.0.device;
+    let (gv, xv) = (view(grad.0, grad.1)?, view(x.0, x.1)?);
+    if gv.len() != xv.len() {
+        candle_core::bail!(
+            "ReLU backward: {} gradients for {} inputs",
+            gv.len(),
+            xv.len()
+        );
+    }
+    let n = xv.len();
+    let out = output(dev, n)?;
+    let func =
+        dev.get_or_load_custom_func("cumind_relu_backward_f32", MODULE, ptx::FUSED_KERNELS)?;
+    let mut b = func.builder();
+    b.arg(&gv).arg(&xv).arg(&out).arg(&n);
+    // SAFETY: the argument list matches the kernel's signature.
+    unsafe { b.launch(elementwise_launch(n)) }.w()?;
+    Ok((storage(out, dev), grad.1.shape().clone()))
+}
+
+/// Per row, `-sum targets * log_softmax(logits)`: `[B, n]` -> `[B]`.
+pub fn soft_cross_entropy(
+    logits: (&CudaStorage, &Layout),
+    targets: (&CudaStorage, &Layout),
+) -> Result<(CudaStorage, Shape)> {
+    let dev = &logits.0.device;
+    let (rows, n) = rows_and_width(logits.1)?;
+    if logits.1.dims() != targets.1.dims() {
+        candle_core::bail!(
+            "cross-entropy: logits {:?} and targets {:?} differ",
+            logits.1.dims(),
+            targets.1.dims()
+        );
+    }
+    let (lv, tv) = (view(logits.0, logits.1)?, view(targets.0, targets.1)?);
+    let out = output(dev, rows)?;
+    let func =
+        dev.get_or_load_custom_func("cumind_soft_cross_entropy_f32", MODULE, ptx::FUSED_KERNELS)?;
+    let mut b = func.builder();
+    let (rows_i, n_i) = (rows as i32, n as i32);
+    b.arg(&lv).arg(&tv).arg(&out).arg(&rows_i).arg(&n_i);
+    // SAFETY: the argument list matches the kernel's signature.
+    unsafe { b.launch(row_launch(rows)) }.w()?;
+    Ok((storage(out, dev), Shape::from(rows)))
+}
+
+/// `grad[row] * (softmax(logits) * sum(targets) - targets)`, shaped like the logits.
+pub fn soft_cross_entropy_backward(
+    grad: (&CudaStorage, &Layout),
+    logits: (&CudaStorage, &Layout),
+    targets: (&CudaStorage, &Layout),
+) -> Result<(CudaStorage, Shape)> {
+    let dev = &logits.0.device;
+    let (rows, n) = rows_and_width(logits.1)?;
+    let (gv, lv, tv) = (
+        view(grad.0, grad.1)?,
+        view(logits.0, logits.1)?,
+        view(targets.0, targets.1)?,
+    );
+    if gv.len() != rows || tv.len() != rows * n {
+        candle_core::bail!("cross-entropy backward: shapes disagree");
+    }
+    let out = output(dev, rows * n)?;
+    let func = dev.get_or_load_custom_func(
+        "cumind_soft_cross_entropy_backward_f32",
+        MODULE,
+        ptx::FUSED_KERNELS,
+    )?;
+    let mut b = func.builder();
+    let (rows_i, n_i) = (rows as i32, n as i32);
+    b.arg(&gv)
+        .arg(&lv)
+        .arg(&tv)
+        .arg(&out)
+        .arg(&rows_i)
+        .arg(&n_i);
+    // SAFETY: the argument list matches the kernel's signature.
+    unsafe { b.launch(row_launch(rows)) }.w()?;
+    Ok((storage(out, dev), logits.1.shape().clone()))
+}

@@ -1,0 +1,233 @@
+// CUDA kernels of the fused ops in fused.rs (f32): layer norm and its backward, bias add and
+// the column sums its backward needs, ReLU and its backward, and the soft-target
+// cross-entropy and its backward. Each computes what the CPU kernel of the same op computes
+// (fused.rs), so one op (one tensor) replaces the dozen that the written-out forms issue.
+//
+// Row kernels run one warp per row (blockDim = (32, ROWS_PER_BLOCK)): every lane of a warp
+// has the same row, so a warp leaves together and the shuffles see all 32 lanes. Column sums
+// run one thread per (column, row phase) and add the phases in a fixed order, so results do
+// not depend on scheduling (no atomics): a seed reproduces a run on a GPU too.
+//
+// Compiled to PTX by build.rs with the `cuda` feature; loaded at the first call on each device
+// (`CudaDevice::get_or_load_custom_func`).
+
+#include <stdint.h>
+
+#define WARP 32
+// Rows of a column sum that each of its row phases adds up (the block is WARP x PHASES).
+#define PHASES 32
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int offset = WARP / 2; offset > 0; offset >>= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, offset);
+    }
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int offset = WARP / 2; offset > 0; offset >>= 1) {
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    }
+    return v;
+}
+
+// Mean and 1 / sqrt(var + eps) of one row of d values, all lanes of the warp taking part.
+__device__ __forceinline__ void row_statistics(const float *row, int d, float eps, float *mean,
+                                               float *rstd) {
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < d; i += WARP) {
+        s += row[i];
+    }
+    const float m = warp_sum(s) / (float)d;
+    float q = 0.0f;
+    for (int i = threadIdx.x; i < d; i += WARP) {
+        const float c = row[i] - m;
+        q += c * c;
+    }
+    *mean = m;
+    *rstd = 1.0f / sqrtf(warp_sum(q) / (float)d + eps);
+}
+
+// out = (x - mean) / sqrt(var + eps) * gamma + beta, per row of d.
+extern "C" __global__ void cumind_layer_norm_f32(const float *x, const float *gamma,
+                                                 const float *beta, float *out, int rows, int d,
+                                                 float eps) {
+    const int row = blockIdx.x * blockDim.y + threadIdx.y;
+    if (row >= rows) {
+        return;
+    }
+    const float *xr = x + (size_t)row * d;
+    float *o = out + (size_t)row * d;
+    float mean, rstd;
+    row_statistics(xr, d, eps, &mean, &rstd);
+    for (int i = threadIdx.x; i < d; i += WARP) {
+        o[i] = (xr[i] - mean) * rstd * gamma[i] + beta[i];
+    }
+}
+
+// The input gradient of the layer norm, per row: with g = dy * gamma and xhat the
+// standardised row, dx = rstd * (g - mean(g) - xhat * mean(g * xhat)). Writes each row's mean
+// and rstd to stats[2 * row], stats[2 * row + 1] for the column kernel below.
+extern "C" __global__ void cumind_layer_norm_backward_rows_f32(const float *dy, const float *x,
+                                                               const float *gamma, float *dx,
+                                                               float *stats, int rows, int d,
+                                                               float eps) {
+    const int row = blockIdx.x * blockDim.y + threadIdx.y;
+    if (row >= rows) {
+        return;
+    }
+    const float *xr = x + (size_t)row * d;
+    const float *dyr = dy + (size_t)row * d;
+    float *dxr = dx + (size_t)row * d;
+    float mean, rstd;
+    row_statistics(xr, d, eps, &mean, &rstd);
+    float sum_g = 0.0f, sum_gx = 0.0f;
+    for (int i = threadIdx.x; i < d; i += WARP) {
+        const float g = dyr[i] * gamma[i];
+        sum_g += g;
+        sum_gx += g * (xr[i] - mean) * rstd;
+    }
+    const float mean_g = warp_sum(sum_g) / (float)d;
+    const float mean_gx = warp_sum(sum_gx) / (float)d;
+    for (int i = threadIdx.x; i < d; i += WARP) {
+        const float xhat = (xr[i] - mean) * rstd;
+        dxr[i] = rstd * (dyr[i] * gamma[i] - mean_g - xhat * mean_gx);
+    }
+    if (threadIdx.x == 0) {
+        stats[2 * row] = mean;
+        stats[2 * row + 1] = rstd;
+    }
+}
+
+// Column sums over the rows, for column j = blockIdx.x * WARP + threadIdx.x: thread phase p =
+// threadIdx.y adds rows p, p + PHASES, ...; the phases are then added in order. With
+// WITH_XHAT: dgamma[j] = sum dy * xhat and sums[j] = sum dy (the layer norm's parameter
+// gradients, xhat from x and the row statistics); without: sums[j] = sum dy.
+template <bool WITH_XHAT>
+__device__ __forceinline__ void column_sums(const float *dy, const float *x, const float *stats,
+                                            float *dgamma, float *sums, int rows, int d) {
+    __shared__ float part_xhat[PHASES][WARP];
+    __shared__ float part_sum[PHASES][WARP];
+    const int j = blockIdx.x * WARP + threadIdx.x;
+    float s_xhat = 0.0f, s = 0.0f;
+    if (j < d) {
+        for (int r = threadIdx.y; r < rows; r += PHASES) {
+            const float g = dy[(size_t)r * d + j];
+            s += g;
+            if (WITH_XHAT) {
+                s_xhat += g * (x[(size_t)r * d + j] - stats[2 * r]) * stats[2 * r + 1];
+            }
+        }
+    }
+    part_xhat[threadIdx.y][threadIdx.x] = s_xhat;
+    part_sum[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < d) {
+        float total_xhat = 0.0f, total = 0.0f;
+        for (int p = 0; p < PHASES; ++p) {
+            total_xhat += part_xhat[p][threadIdx.x];
+            total += part_sum[p][threadIdx.x];
+        }
+        if (WITH_XHAT) {
+            dgamma[j] = total_xhat;
+        }
+        sums[j] = total;
+    }
+}
+
+// The layer norm's scale and shift gradients (blockDim = (WARP, PHASES)).
+extern "C" __global__ void cumind_layer_norm_param_grads_f32(const float *dy, const float *x,
+                                                             const float *stats, float *dgamma,
+                                                             float *dbeta, int rows, int d) {
+    column_sums<true>(dy, x, stats, dgamma, dbeta, rows, d);
+}
+
+// sums[j] = sum over rows of g[row, j] (blockDim = (WARP, PHASES)): the bias's gradient.
+extern "C" __global__ void cumind_sum_rows_f32(const float *g, float *sums, int rows, int d) {
+    column_sums<false>(g, NULL, NULL, NULL, sums, rows, d);
+}
+
+// out[i] = y[i] + b[i % d].
+extern "C" __global__ void cumind_bias_add_f32(const float *y, const float *b, float *out,
+                                               size_t n, int d) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        out[i] = y[i] + b[i % d];
+    }
+}
+
+// out = max(x, 0).
+extern "C" __global__ void cumind_relu_f32(const float *x, float *out, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        out[i] = fmaxf(x[i], 0.0f);
+    }
+}
+
+// The gradient passes where x >= 0 (as candle's ReLU backward does).
+extern "C" __global__ void cumind_relu_backward_f32(const float *grad, const float *x, float *out,
+                                                    size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        out[i] = x[i] >= 0.0f ? grad[i] : 0.0f;
+    }
+}
+
+// Maximum and log-sum-exp of one row of n logits, all lanes taking part.
+__device__ __forceinline__ float row_log_sum_exp(const float *row, int n) {
+    float m = -INFINITY;
+    for (int i = threadIdx.x; i < n; i += WARP) {
+        m = fmaxf(m, row[i]);
+    }
+    m = warp_max(m);
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < n; i += WARP) {
+        s += expf(row[i] - m);
+    }
+    return m + logf(warp_sum(s));
+}
+
+// out[row] = sum_i targets_i * (lse - logits_i) = -sum_i targets_i * log_softmax(logits)_i.
+extern "C" __global__ void cumind_soft_cross_entropy_f32(const float *logits,
+                                                         const float *targets, float *out,
+                                                         int rows, int n) {
+    const int row = blockIdx.x * blockDim.y + threadIdx.y;
+    if (row >= rows) {
+        return;
+    }
+    const float *l = logits + (size_t)row * n;
+    const float *t = targets + (size_t)row * n;
+    const float lse = row_log_sum_exp(l, n);
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < n; i += WARP) {
+        s += t[i] * (lse - l[i]);
+    }
+    s = warp_sum(s);
+    if (threadIdx.x == 0) {
+        out[row] = s;
+    }
+}
+
+// out = grad[row] * (softmax(logits) * sum(targets) - targets), per row.
+extern "C" __global__ void cumind_soft_cross_entropy_backward_f32(const float *grad,
+                                                                  const float *logits,
+                                                                  const float *targets,
+                                                                  float *out, int rows, int n) {
+    const int row = blockIdx.x * blockDim.y + threadIdx.y;
+    if (row >= rows) {
+        return;
+    }
+    const float *l = logits + (size_t)row * n;
+    const float *t = targets + (size_t)row * n;
+    float *o = out + (size_t)row * n;
+    const float lse = row_log_sum_exp(l, n);
+    float mass = 0.0f;
+    for (int i = threadIdx.x; i < n; i += WARP) {
+        mass += t[i];
+    }
+    mass = warp_sum(mass);
+    const float g = grad[row];
+    for (int i = threadIdx.x; i < n; i += WARP) {
+        o[i] = g * (expf(l[i] - lse) * mass - t[i]);
+    }
+}
