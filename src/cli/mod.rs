@@ -222,10 +222,12 @@ fn ompi_number(name: &str) -> Option<usize> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
-/// Give rayon and candle an explicit thread count before any thread starts: with
-/// RAYON_NUM_THREADS unset, candle re-derives it on every matmul (see docs/dependencies.md).
-/// The cores are shared among the `local_ranks` ranks of this machine.
-fn set_thread_count(config: &Config, local_ranks: usize) {
+/// The process-wide settings of `config`: `device.fused_kernels`, and an explicit thread count
+/// for rayon and candle, set before any thread starts (with RAYON_NUM_THREADS unset, candle
+/// re-derives it on every matmul, see docs/dependencies.md). The cores are shared among the
+/// `local_ranks` ranks of this machine.
+fn set_process_options(config: &Config, local_ranks: usize) {
+    cumind::network::fused::set_fused_kernels(config.device.fused_kernels);
     if let Some(set) = std::env::var_os("RAYON_NUM_THREADS") {
         let wanted = config.other.num_threads;
         if wanted > 0 && set.to_string_lossy() != wanted.to_string() {
@@ -304,7 +306,7 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
     if rank == 0 {
         warn_ignored_keys(&config, &explicit_keys(config_args)?)?;
     }
-    set_thread_count(&config, local_ranks(args.distributed));
+    set_process_options(&config, local_ranks(args.distributed));
     let first = first_device_of_rank(
         config.device.device_type,
         config.device.num_devices,
@@ -415,7 +417,7 @@ fn run_eval(config_args: &ConfigArgs, args: EvalArgs) -> Result<()> {
     let device = open_device(args.device)?;
     let agent = load_agent("eval", config_args, &args.checkpoint, &device)?;
     let config = agent.config();
-    set_thread_count(config, 1);
+    set_process_options(config, 1);
     if args.episodes == 0 {
         bail!("--episodes must be at least 1");
     }
@@ -655,7 +657,7 @@ fn run_benchmark(config_args: &ConfigArgs, args: BenchmarkArgs) -> Result<()> {
         }
     }
     warn_ignored_keys(&config, &explicit)?;
-    set_thread_count(&config, 1);
+    set_process_options(&config, 1);
     let devices = open_devices(config.device.device_type, args.num_devices)?;
     let dtypes = args
         .dtypes

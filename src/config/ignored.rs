@@ -41,6 +41,7 @@ pub const BENCHMARK_READS: &[&str] = &[
     "memory.per_beta",
     "memory.per_epsilon",
     "device.device_type",
+    "device.fused_kernels",
     "other.seed",
     "other.num_threads",
 ];

@@ -257,6 +257,10 @@ pub struct DeviceConfig {
     pub device_type: DeviceKind,
     /// Model replicas (data parallelism).
     pub num_devices: usize,
+    /// Fused kernels (layer norm, bias add, ReLU, soft cross-entropy, each with its backward)
+    /// for f32 compute on the CPU and CUDA; false runs candle's elementary ops instead (slower,
+    /// the same numbers to float rounding): a fallback should a kernel misbehave on a new GPU.
+    pub fused_kernels: bool,
 }
 
 /// "Other".

@@ -140,6 +140,8 @@ pub fn train(
     if devices.is_empty() {
         return Err(TrainError::NoDevice);
     }
+    // Process-wide, as the CLI sets it too: a library caller gets the configured kernels.
+    crate::network::fused::set_fused_kernels(config.device.fused_kernels);
     if let Some(problem) = options
         .resume
         .as_deref()
