@@ -8,8 +8,9 @@
 #
 # Steps (a failed step is recorded and the next one runs; the summary lists them all):
 #   01 driver and libraries: nvidia-smi, `cumind --version`, `ldd` of the binary
-#   02 the ignored GPU tests (tests/gpu.rs): CPU vs CUDA loss and gradients (MLP, conv),
-#      replicas on CUDA, a CUDA search
+#   02 the ignored GPU tests (tests/gpu.rs): each fused kernel against the CPU, CPU vs CUDA
+#      loss and gradients (MLP, conv), replicas on CUDA, a CUDA search. Should the fused
+#      kernels fail here, `--set device.fused_kernels=false` runs the later steps without them
 #   03 a tiny benchmark, timed whole: the first kernels' PTX loading and compilation
 #   04 f32 vs bf16 on CUDA, and the CPU of the same host, at batch 16, 256, 1024, 4096, on the
 #      GPU preset agents/connect4_gpu.json (conv ResNet, batch 1024, 256 environments)
