@@ -8,6 +8,7 @@
 //! ```sh
 //! cargo run --release --example op_counts                      # the defaults (CartPole)
 //! cargo run --release --example op_counts -- agents/connect4.json
+//! cargo run --release --example op_counts -- FILE   # FILE: {"Data Types": {"model_dtype": "bfloat16"}}
 //! ```
 //!
 //! Single-threaded on purpose: the counters are process-wide.
@@ -15,7 +16,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use candle_core::{DType, Device};
+use candle_core::Device;
 use rand::{Rng, SeedableRng};
 
 use cumind::components::{self, EnvInfo};
@@ -77,12 +78,15 @@ fn main() {
     .expect("configuration");
     let env = EnvInfo::of(&config).expect("environment");
     let spec = components::network_spec(&config, &env);
-    let network = MuZeroNetwork::new(spec.clone(), 0, &Device::Cpu, DType::F32).unwrap();
+    // f32 unless the configuration names another compute dtype ("auto" is f32 on the CPU;
+    // a file holding {"Data Types": {"model_dtype": "bfloat16"}} counts CUDA's default).
+    let dtype = cumind::network::compute_dtype(config.data_types.model_dtype, &Device::Cpu);
+    let network = MuZeroNetwork::new(spec.clone(), 0, &Device::Cpu, dtype).unwrap();
     let search = components::search_config(&config, &env);
     let sims = search.num_simulations as u64;
     let mut rng = rand::rngs::StdRng::seed_from_u64(1);
     println!(
-        "{} network (hidden {}, latent {}, blocks {}), {} simulations, batch {} for training",
+        "{} network (hidden {}, latent {}, blocks {}, {dtype:?} compute), {} simulations, batch {} for training",
         config.environment.env_name,
         spec.hidden_dim,
         spec.latent_dim,

@@ -13,6 +13,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor, D};
 
 /// Whether the fused kernels of this file are used (the default).
@@ -71,6 +72,47 @@ pub fn fusable(tensors: &[&Tensor]) -> bool {
             .all(|t| has_kernels(t.device()) && t.dtype() == DType::F32)
 }
 
+/// Whether every tensor is f32, or every one bf16, on a device with the fused kernels (and
+/// they are on): the bias add and ReLU, which also run in bf16 (CUDA's default compute dtype).
+pub fn fusable_elementwise(tensors: &[&Tensor]) -> bool {
+    let Some(first) = tensors.first() else {
+        return false;
+    };
+    fused_kernels()
+        && matches!(first.dtype(), DType::F32 | DType::BF16)
+        && tensors
+            .iter()
+            .all(|t| has_kernels(t.device()) && t.dtype() == first.dtype())
+}
+
+/// The elements of a contiguous f32 or bf16 CPU tensor as f32 (bf16 widened, a copy).
+fn widened<'a>(
+    storage: &'a CpuStorage,
+    layout: &Layout,
+) -> candle_core::Result<std::borrow::Cow<'a, [f32]>> {
+    let range = match layout.contiguous_offsets() {
+        Some((start, end)) => start..end,
+        None => candle_core::bail!("fused kernel: input is not contiguous"),
+    };
+    match storage {
+        CpuStorage::F32(v) => Ok(std::borrow::Cow::Borrowed(&v[range])),
+        CpuStorage::BF16(v) => Ok(std::borrow::Cow::Owned(
+            v[range].iter().map(|x| x.to_f32()).collect(),
+        )),
+        other => candle_core::bail!("fused kernel: no kernel for {:?}", other.dtype()),
+    }
+}
+
+/// `values` as a CPU storage of `like`'s dtype (f32, or bf16 rounded once).
+fn narrowed(values: Vec<f32>, like: &CpuStorage) -> CpuStorage {
+    match like {
+        CpuStorage::BF16(_) => {
+            CpuStorage::BF16(values.into_iter().map(half::bf16::from_f32).collect())
+        }
+        _ => CpuStorage::F32(values),
+    }
+}
+
 /// The f32 elements of a contiguous CPU tensor.
 fn elements<'a>(storage: &'a CpuStorage, layout: &Layout) -> candle_core::Result<&'a [f32]> {
     let data = storage.as_slice::<f32>()?;
@@ -107,6 +149,13 @@ pub fn layer_norm(
         return x
             .contiguous()?
             .apply_op3(gamma, beta, LayerNorm { eps: eps as f32 });
+    }
+    // bf16 or f16 compute over f32 scale and shift (CUDA's default): the statistics are in f32
+    // either way, so the f32 kernel between two casts computes what the written-out ops do,
+    // in three ops instead of about fifteen (and their backward).
+    if matches!(x.dtype(), DType::BF16 | DType::F16) && fusable(&[gamma, beta]) {
+        let dtype = x.dtype();
+        return layer_norm(&x.to_dtype(DType::F32)?, gamma, beta, eps)?.to_dtype(dtype);
     }
     // Statistics in f32 (f64 stays f64); the result in x's dtype.
     let dtype = x.dtype();
@@ -330,13 +379,13 @@ impl CustomOp3 for LayerNormBackward {
 // ---------------------------------------------------------------------------------------------
 // Bias add
 
-/// `y + b` with `b` broadcast over the rows of `y`. Fused for f32 on the CPU, where its
-/// backward sums the output gradient's rows in one contiguous pass.
+/// `y + b` with `b` broadcast over the rows of `y`. Fused for f32 and bf16 (computed in f32,
+/// rounded once), where its backward sums the output gradient's rows in one contiguous pass.
 ///
 /// # Shapes
 /// `y`: `[..., N]`, `b`: `[N]` -> `[..., N]`.
 pub fn add_bias(y: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
-    if fusable(&[y, b]) {
+    if fusable_elementwise(&[y, b]) {
         return y.contiguous()?.apply_op2(b, BiasAdd);
     }
     y.broadcast_add(b)
@@ -367,16 +416,19 @@ impl CustomOp2 for BiasAdd {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (y, b) = (elements(s1, l1)?, elements(s2, l2)?);
+        if s1.dtype() != s2.dtype() {
+            candle_core::bail!("bias add: {:?} input, {:?} bias", s1.dtype(), s2.dtype());
+        }
+        let (y, b) = (widened(s1, l1)?, widened(s2, l2)?);
         let d = last_dim(l1)?;
         if b.len() != d {
             candle_core::bail!("bias add: bias of {} for {d} features", b.len());
         }
         let mut out = Vec::with_capacity(y.len());
         for row in y.chunks_exact(d) {
-            out.extend(row.iter().zip(b).map(|(v, bias)| v + bias));
+            out.extend(row.iter().zip(b.iter()).map(|(v, bias)| v + bias));
         }
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
+        Ok((narrowed(out, s1), l1.shape().clone()))
     }
 
     fn bwd(
@@ -392,7 +444,7 @@ impl CustomOp2 for BiasAdd {
     }
 }
 
-/// `[..., N]` -> `[N]`: the sum of all rows.
+/// `[..., N]` -> `[N]`: the sum of all rows (accumulated in f32).
 struct SumRows;
 
 impl CustomOp1 for SumRows {
@@ -410,7 +462,7 @@ impl CustomOp1 for SumRows {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let g = elements(s, l)?;
+        let g = widened(s, l)?;
         let d = last_dim(l)?;
         let mut out = vec![0f32; d];
         for row in g.chunks_exact(d) {
@@ -418,18 +470,18 @@ impl CustomOp1 for SumRows {
                 *o += v;
             }
         }
-        Ok((CpuStorage::F32(out), Shape::from(d)))
+        Ok((narrowed(out, s), Shape::from(d)))
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // ReLU
 
-/// `max(x, 0)`. Fused for contiguous f32 CPU tensors, where the backward pass is one op
+/// `max(x, 0)`. Fused for contiguous f32 and bf16 tensors, where the backward pass is one op
 /// (candle's builds a zero tensor, compares, casts and multiplies); the gradient passes where
 /// `x >= 0`, as candle's does.
 pub fn relu(x: &Tensor) -> candle_core::Result<Tensor> {
-    if fusable(&[x]) && x.is_contiguous() {
+    if fusable_elementwise(&[x]) && x.is_contiguous() {
         return x.apply_op1(Relu);
     }
     x.relu()
@@ -452,8 +504,8 @@ impl CustomOp1 for Relu {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let out = elements(s, l)?.iter().map(|&v| v.max(0.0)).collect();
-        Ok((CpuStorage::F32(out), l.shape().clone()))
+        let out = widened(s, l)?.iter().map(|&v| v.max(0.0)).collect();
+        Ok((narrowed(out, s), l.shape().clone()))
     }
 
     fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
@@ -487,13 +539,13 @@ impl CustomOp2 for ReluBackward {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (grad, x) = (elements(s1, l1)?, elements(s2, l2)?);
+        let (grad, x) = (widened(s1, l1)?, widened(s2, l2)?);
         let out = grad
             .iter()
-            .zip(x)
+            .zip(x.iter())
             .map(|(&g, &x)| if x >= 0.0 { g } else { 0.0 })
             .collect();
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
+        Ok((narrowed(out, s1), l1.shape().clone()))
     }
 }
 
@@ -822,5 +874,86 @@ mod tests {
             layer_norm(&x, &gamma, &beta, 1e-5).unwrap().dtype(),
             DType::BF16
         );
+    }
+
+    #[test]
+    fn bf16_bias_add_and_relu_match_the_written_out_ops_forward_and_backward() {
+        let half = |t: Tensor| t.to_dtype(DType::BF16).unwrap();
+        let x = half(random(&[9, 5], 2.0, 7));
+        let b = half(random(&[5], 1.0, 8));
+        // Output and every input's gradient in bf16, cast to f32 for comparison.
+        let run = |f: &dyn Fn(&[Tensor]) -> Tensor, inputs: &[Tensor]| {
+            let vars: Vec<Var> = inputs
+                .iter()
+                .map(|t| Var::from_tensor(t).unwrap())
+                .collect();
+            let ts: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
+            let out = f(&ts);
+            assert_eq!(out.dtype(), DType::BF16);
+            let weights = half(random(out.dims(), 1.0, 99));
+            let grads = (&out * weights)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            let mut result = vec![out.to_dtype(DType::F32).unwrap()];
+            for v in &vars {
+                let g = grads.get(v.as_tensor()).expect("a gradient");
+                result.push(g.to_dtype(DType::F32).unwrap());
+            }
+            result
+        };
+        let bias = |t: &[Tensor]| add_bias(&t[0], &t[1]).unwrap();
+        let inputs = [x.clone(), b];
+        let got = run(&bias, &inputs);
+        let want = reference(bias, &inputs);
+        for (i, what) in ["output", "dy", "db"].iter().enumerate() {
+            // bf16 keeps 8 bits: a relative error of 2^-8 per rounding.
+            close(&got[i], &want[i], 1e-2, what);
+        }
+        let r = |t: &[Tensor]| relu(&t[0]).unwrap();
+        let got = run(&r, std::slice::from_ref(&x));
+        let want = reference(r, &[x]);
+        close(&got[0], &want[0], 1e-2, "relu output");
+        close(&got[1], &want[1], 1e-2, "relu dx");
+    }
+
+    #[test]
+    fn a_bf16_layer_norm_through_the_f32_kernel_equals_the_written_out_ops() {
+        let x = random(&[5, 7], 2.0, 11).to_dtype(DType::BF16).unwrap();
+        let gamma = random(&[7], 1.0, 12);
+        let beta = random(&[7], 1.0, 13);
+        let written_out = |x: &Tensor| {
+            let x = x.to_dtype(DType::F32).unwrap();
+            let mean = x.mean_keepdim(D::Minus1).unwrap();
+            let centred = x.broadcast_sub(&mean).unwrap();
+            let var = centred.sqr().unwrap().mean_keepdim(D::Minus1).unwrap();
+            centred
+                .broadcast_div(&(var + 1e-5).unwrap().sqrt().unwrap())
+                .unwrap()
+                .broadcast_mul(&gamma)
+                .unwrap()
+                .broadcast_add(&beta)
+                .unwrap()
+                .to_dtype(DType::BF16)
+                .unwrap()
+        };
+        let fused = layer_norm(&x, &gamma, &beta, 1e-5).unwrap();
+        assert_eq!(fused.dtype(), DType::BF16);
+        let (a, b) = (
+            fused.to_dtype(DType::F32).unwrap(),
+            written_out(&x).to_dtype(DType::F32).unwrap(),
+        );
+        let worst = (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        // One bf16 rounding step apart at most (values up to a few units).
+        assert!(worst <= 0.05, "bf16 layer norm differs by {worst}");
     }
 }

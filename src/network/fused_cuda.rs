@@ -7,9 +7,13 @@
 //! The kernels compute what the CPU kernels compute; the `#[ignore]`d GPU tests
 //! (tests/gpu.rs) compare the CUDA loss and gradients with the CPU's.
 
-use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
-use candle_core::cuda_backend::{CudaDevice, CudaStorage, WrapErr};
-use candle_core::{Layout, Result, Shape};
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{
+    CudaSlice, CudaView, DeviceRepr, LaunchConfig, PushKernelArg,
+};
+use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
+use candle_core::{DType, Layout, Result, Shape};
+use half::bf16;
 
 mod ptx {
     /// The PTX of src/network/fused_kernels.cu, compiled by build.rs.
@@ -27,9 +31,9 @@ const PHASES: u32 = 32;
 /// Threads per block of the elementwise kernels.
 const ELEMENTWISE_BLOCK: u32 = 256;
 
-/// `storage`'s f32 elements as `layout` addresses them, which must be contiguous.
-fn view<'a>(storage: &'a CudaStorage, layout: &Layout) -> Result<CudaView<'a, f32>> {
-    let slice = storage.as_cuda_slice::<f32>()?;
+/// `storage`'s elements as `layout` addresses them, which must be contiguous.
+fn view<'a, T: CudaDType>(storage: &'a CudaStorage, layout: &Layout) -> Result<CudaView<'a, T>> {
+    let slice = storage.as_cuda_slice::<T>()?;
     match layout.contiguous_offsets() {
         Some((start, end)) => Ok(slice.slice(start..end)),
         None => candle_core::bail!("fused CUDA kernel: input is not contiguous"),
@@ -77,14 +81,23 @@ fn elementwise_launch(n: usize) -> LaunchConfig {
     }
 }
 
-/// A fresh device buffer of `len` f32 values, every one written by the kernel that follows.
-fn output(dev: &CudaDevice, len: usize) -> Result<CudaSlice<f32>> {
+/// A fresh device buffer of `len` values, every one written by the kernel that follows.
+fn output<T: DeviceRepr>(dev: &CudaDevice, len: usize) -> Result<CudaSlice<T>> {
     // SAFETY: each caller's kernel writes every element before anything reads it.
-    unsafe { dev.alloc::<f32>(len) }
+    unsafe { dev.alloc::<T>(len) }
 }
 
-fn storage(slice: CudaSlice<f32>, dev: &CudaDevice) -> CudaStorage {
+fn storage<T: CudaDType>(slice: CudaSlice<T>, dev: &CudaDevice) -> CudaStorage {
     CudaStorage::wrap_cuda_slice(slice, dev.clone())
+}
+
+/// The kernel `{stem}_f32` or `{stem}_bf16` for the dtype of `storage`.
+fn kernel_name(stem: &str, storage: &CudaStorage) -> Result<String> {
+    match storage.dtype() {
+        DType::F32 => Ok(format!("{stem}_f32")),
+        DType::BF16 => Ok(format!("{stem}_bf16")),
+        other => candle_core::bail!("{stem}: no CUDA kernel for {other:?}"),
+    }
 }
 
 /// Layer norm of the rows of `x` with scale `gamma` and shift `beta`.
@@ -97,14 +110,14 @@ pub fn layer_norm(
     let dev = &x.0.device;
     let (rows, d) = rows_and_width(x.1)?;
     let (xv, gv, bv) = (
-        view(x.0, x.1)?,
-        view(gamma.0, gamma.1)?,
-        view(beta.0, beta.1)?,
+        view::<f32>(x.0, x.1)?,
+        view::<f32>(gamma.0, gamma.1)?,
+        view::<f32>(beta.0, beta.1)?,
     );
     if gv.len() != d || bv.len() != d {
         candle_core::bail!("layer norm: scale/shift of {} for {d} features", gv.len());
     }
-    let out = output(dev, rows * d)?;
+    let out = output::<f32>(dev, rows * d)?;
     let func = dev.get_or_load_custom_func("cumind_layer_norm_f32", MODULE, ptx::FUSED_KERNELS)?;
     let mut b = func.builder();
     b.arg(&xv).arg(&gv).arg(&bv).arg(&out);
@@ -124,13 +137,17 @@ pub fn layer_norm_backward(
 ) -> Result<(CudaStorage, Shape)> {
     let dev = &x.0.device;
     let (rows, d) = rows_and_width(x.1)?;
-    let (dyv, xv, gv) = (view(dy.0, dy.1)?, view(x.0, x.1)?, view(gamma.0, gamma.1)?);
+    let (dyv, xv, gv) = (
+        view::<f32>(dy.0, dy.1)?,
+        view::<f32>(x.0, x.1)?,
+        view::<f32>(gamma.0, gamma.1)?,
+    );
     if dyv.len() != rows * d || gv.len() != d {
         candle_core::bail!("layer norm backward: shapes disagree");
     }
     let n = rows * d;
-    let mut out = output(dev, n + 2 * d)?;
-    let stats = output(dev, 2 * rows)?;
+    let mut out = output::<f32>(dev, n + 2 * d)?;
+    let stats = output::<f32>(dev, 2 * rows)?;
     let (rows_i, d_i) = (rows as i32, d as i32);
     {
         let (mut dx, _) = out.split_at_mut(n);
@@ -166,20 +183,34 @@ pub fn layer_norm_backward(
     Ok((storage(out, dev), Shape::from(n + 2 * d)))
 }
 
-/// `y + b`, `b` broadcast over the rows of `y`.
+/// `y + b`, `b` broadcast over the rows of `y` (f32 or bf16).
 pub fn bias_add(
+    y: (&CudaStorage, &Layout),
+    bias: (&CudaStorage, &Layout),
+) -> Result<(CudaStorage, Shape)> {
+    match y.0.dtype() {
+        DType::BF16 => bias_add_of::<bf16>(y, bias),
+        _ => bias_add_of::<f32>(y, bias),
+    }
+}
+
+fn bias_add_of<T: CudaDType + DeviceRepr>(
     y: (&CudaStorage, &Layout),
     bias: (&CudaStorage, &Layout),
 ) -> Result<(CudaStorage, Shape)> {
     let dev = &y.0.device;
     let (rows, d) = rows_and_width(y.1)?;
-    let (yv, bv) = (view(y.0, y.1)?, view(bias.0, bias.1)?);
+    let (yv, bv) = (view::<T>(y.0, y.1)?, view::<T>(bias.0, bias.1)?);
     if bv.len() != d {
         candle_core::bail!("bias add: bias of {} for {d} features", bv.len());
     }
     let n = rows * d;
-    let out = output(dev, n)?;
-    let func = dev.get_or_load_custom_func("cumind_bias_add_f32", MODULE, ptx::FUSED_KERNELS)?;
+    let out = output::<T>(dev, n)?;
+    let func = dev.get_or_load_custom_func(
+        &kernel_name("cumind_bias_add", y.0)?,
+        MODULE,
+        ptx::FUSED_KERNELS,
+    )?;
     let mut b = func.builder();
     let d_i = d as i32;
     b.arg(&yv).arg(&bv).arg(&out).arg(&n).arg(&d_i);
@@ -188,13 +219,26 @@ pub fn bias_add(
     Ok((storage(out, dev), y.1.shape().clone()))
 }
 
-/// `[..., d]` -> `[d]`: the sum of all rows.
+/// `[..., d]` -> `[d]`: the sum of all rows (f32 or bf16, accumulated in f32).
 pub fn sum_rows(g: (&CudaStorage, &Layout)) -> Result<(CudaStorage, Shape)> {
+    match g.0.dtype() {
+        DType::BF16 => sum_rows_of::<bf16>(g),
+        _ => sum_rows_of::<f32>(g),
+    }
+}
+
+fn sum_rows_of<T: CudaDType + DeviceRepr>(
+    g: (&CudaStorage, &Layout),
+) -> Result<(CudaStorage, Shape)> {
     let dev = &g.0.device;
     let (rows, d) = rows_and_width(g.1)?;
-    let gv = view(g.0, g.1)?;
-    let out = output(dev, d)?;
-    let func = dev.get_or_load_custom_func("cumind_sum_rows_f32", MODULE, ptx::FUSED_KERNELS)?;
+    let gv = view::<T>(g.0, g.1)?;
+    let out = output::<T>(dev, d)?;
+    let func = dev.get_or_load_custom_func(
+        &kernel_name("cumind_sum_rows", g.0)?,
+        MODULE,
+        ptx::FUSED_KERNELS,
+    )?;
     let mut b = func.builder();
     let (rows_i, d_i) = (rows as i32, d as i32);
     b.arg(&gv).arg(&out).arg(&rows_i).arg(&d_i);
@@ -203,13 +247,24 @@ pub fn sum_rows(g: (&CudaStorage, &Layout)) -> Result<(CudaStorage, Shape)> {
     Ok((storage(out, dev), Shape::from(d)))
 }
 
-/// `max(x, 0)`.
+/// `max(x, 0)` (f32 or bf16).
 pub fn relu(x: (&CudaStorage, &Layout)) -> Result<(CudaStorage, Shape)> {
+    match x.0.dtype() {
+        DType::BF16 => relu_of::<bf16>(x),
+        _ => relu_of::<f32>(x),
+    }
+}
+
+fn relu_of<T: CudaDType + DeviceRepr>(x: (&CudaStorage, &Layout)) -> Result<(CudaStorage, Shape)> {
     let dev = &x.0.device;
-    let xv = view(x.0, x.1)?;
+    let xv = view::<T>(x.0, x.1)?;
     let n = xv.len();
-    let out = output(dev, n)?;
-    let func = dev.get_or_load_custom_func("cumind_relu_f32", MODULE, ptx::FUSED_KERNELS)?;
+    let out = output::<T>(dev, n)?;
+    let func = dev.get_or_load_custom_func(
+        &kernel_name("cumind_relu", x.0)?,
+        MODULE,
+        ptx::FUSED_KERNELS,
+    )?;
     let mut b = func.builder();
     b.arg(&xv).arg(&out).arg(&n);
     // SAFETY: the argument list matches the kernel's signature.
@@ -217,13 +272,23 @@ pub fn relu(x: (&CudaStorage, &Layout)) -> Result<(CudaStorage, Shape)> {
     Ok((storage(out, dev), x.1.shape().clone()))
 }
 
-/// The gradient where `x >= 0`, else 0.
+/// The gradient where `x >= 0`, else 0 (f32 or bf16).
 pub fn relu_backward(
     grad: (&CudaStorage, &Layout),
     x: (&CudaStorage, &Layout),
 ) -> Result<(CudaStorage, Shape)> {
+    match x.0.dtype() {
+        DType::BF16 => relu_backward_of::<bf16>(grad, x),
+        _ => relu_backward_of::<f32>(grad, x),
+    }
+}
+
+fn relu_backward_of<T: CudaDType + DeviceRepr>(
+    grad: (&CudaStorage, &Layout),
+    x: (&CudaStorage, &Layout),
+) -> Result<(CudaStorage, Shape)> {
     let dev = &x.0.device;
-    let (gv, xv) = (view(grad.0, grad.1)?, view(x.0, x.1)?);
+    let (gv, xv) = (view::<T>(grad.0, grad.1)?, view::<T>(x.0, x.1)?);
     if gv.len() != xv.len() {
         candle_core::bail!(
             "ReLU backward: {} gradients for {} inputs",
@@ -232,9 +297,12 @@ pub fn relu_backward(
         );
     }
     let n = xv.len();
-    let out = output(dev, n)?;
-    let func =
-        dev.get_or_load_custom_func("cumind_relu_backward_f32", MODULE, ptx::FUSED_KERNELS)?;
+    let out = output::<T>(dev, n)?;
+    let func = dev.get_or_load_custom_func(
+        &kernel_name("cumind_relu_backward", x.0)?,
+        MODULE,
+        ptx::FUSED_KERNELS,
+    )?;
     let mut b = func.builder();
     b.arg(&gv).arg(&xv).arg(&out).arg(&n);
     // SAFETY: the argument list matches the kernel's signature.
@@ -256,8 +324,11 @@ pub fn soft_cross_entropy(
             targets.1.dims()
         );
     }
-    let (lv, tv) = (view(logits.0, logits.1)?, view(targets.0, targets.1)?);
-    let out = output(dev, rows)?;
+    let (lv, tv) = (
+        view::<f32>(logits.0, logits.1)?,
+        view::<f32>(targets.0, targets.1)?,
+    );
+    let out = output::<f32>(dev, rows)?;
     let func =
         dev.get_or_load_custom_func("cumind_soft_cross_entropy_f32", MODULE, ptx::FUSED_KERNELS)?;
     let mut b = func.builder();
@@ -277,14 +348,14 @@ pub fn soft_cross_entropy_backward(
     let dev = &logits.0.device;
     let (rows, n) = rows_and_width(logits.1)?;
     let (gv, lv, tv) = (
-        view(grad.0, grad.1)?,
-        view(logits.0, logits.1)?,
-        view(targets.0, targets.1)?,
+        view::<f32>(grad.0, grad.1)?,
+        view::<f32>(logits.0, logits.1)?,
+        view::<f32>(targets.0, targets.1)?,
     );
     if gv.len() != rows || tv.len() != rows * n {
         candle_core::bail!("cross-entropy backward: shapes disagree");
     }
-    let out = output(dev, rows * n)?;
+    let out = output::<f32>(dev, rows * n)?;
     let func = dev.get_or_load_custom_func(
         "cumind_soft_cross_entropy_backward_f32",
         MODULE,

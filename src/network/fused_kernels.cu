@@ -8,10 +8,14 @@
 // run one thread per (column, row phase) and add the phases in a fixed order, so results do
 // not depend on scheduling (no atomics): a seed reproduces a run on a GPU too.
 //
+// The bias add, its column sums and ReLU also come in bf16 (computed in f32, rounded once),
+// since bf16 is CUDA's default compute dtype here.
+//
 // Compiled to PTX by build.rs with the `cuda` feature; loaded at the first call on each device
 // (`CudaDevice::get_or_load_custom_func`).
 
 #include <stdint.h>
+#include <cuda_bf16.h>
 
 #define WARP 32
 // Rows of a column sum that each of its row phases adds up (the block is WARP x PHASES).
@@ -29,6 +33,15 @@ __device__ __forceinline__ float warp_max(float v) {
         v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
     }
     return v;
+}
+
+__device__ __forceinline__ float widen(float v) { return v; }
+__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T narrow(float v);
+template <> __device__ __forceinline__ float narrow<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float v) {
+    return __float2bfloat16(v);
 }
 
 // Mean and 1 / sqrt(var + eps) of one row of d values, all lanes of the warp taking part.
@@ -103,16 +116,16 @@ extern "C" __global__ void cumind_layer_norm_backward_rows_f32(const float *dy, 
 // threadIdx.y adds rows p, p + PHASES, ...; the phases are then added in order. With
 // WITH_XHAT: dgamma[j] = sum dy * xhat and sums[j] = sum dy (the layer norm's parameter
 // gradients, xhat from x and the row statistics); without: sums[j] = sum dy.
-template <bool WITH_XHAT>
-__device__ __forceinline__ void column_sums(const float *dy, const float *x, const float *stats,
-                                            float *dgamma, float *sums, int rows, int d) {
+template <bool WITH_XHAT, typename T>
+__device__ __forceinline__ void column_sums(const T *dy, const float *x, const float *stats,
+                                            float *dgamma, T *sums, int rows, int d) {
     __shared__ float part_xhat[PHASES][WARP];
     __shared__ float part_sum[PHASES][WARP];
     const int j = blockIdx.x * WARP + threadIdx.x;
     float s_xhat = 0.0f, s = 0.0f;
     if (j < d) {
         for (int r = threadIdx.y; r < rows; r += PHASES) {
-            const float g = dy[(size_t)r * d + j];
+            const float g = widen(dy[(size_t)r * d + j]);
             s += g;
             if (WITH_XHAT) {
                 s_xhat += g * (x[(size_t)r * d + j] - stats[2 * r]) * stats[2 * r + 1];
@@ -131,7 +144,7 @@ __device__ __forceinline__ void column_sums(const float *dy, const float *x, con
         if (WITH_XHAT) {
             dgamma[j] = total_xhat;
         }
-        sums[j] = total;
+        sums[j] = narrow<T>(total);
     }
 }
 
@@ -139,38 +152,62 @@ __device__ __forceinline__ void column_sums(const float *dy, const float *x, con
 extern "C" __global__ void cumind_layer_norm_param_grads_f32(const float *dy, const float *x,
                                                              const float *stats, float *dgamma,
                                                              float *dbeta, int rows, int d) {
-    column_sums<true>(dy, x, stats, dgamma, dbeta, rows, d);
+    column_sums<true, float>(dy, x, stats, dgamma, dbeta, rows, d);
 }
 
-// sums[j] = sum over rows of g[row, j] (blockDim = (WARP, PHASES)): the bias's gradient.
+// sums[j] = sum over rows of g[row, j] (blockDim = (WARP, PHASES)): the bias's gradient,
+// accumulated in f32.
 extern "C" __global__ void cumind_sum_rows_f32(const float *g, float *sums, int rows, int d) {
-    column_sums<false>(g, NULL, NULL, NULL, sums, rows, d);
+    column_sums<false, float>(g, NULL, NULL, NULL, sums, rows, d);
 }
+
+extern "C" __global__ void cumind_sum_rows_bf16(const __nv_bfloat16 *g, __nv_bfloat16 *sums,
+                                                int rows, int d) {
+    column_sums<false, __nv_bfloat16>(g, NULL, NULL, NULL, sums, rows, d);
+}
+
+#define GRID_STRIDE(i, n)                                                                      \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                        \
+         i += (size_t)gridDim.x * blockDim.x)
 
 // out[i] = y[i] + b[i % d].
-extern "C" __global__ void cumind_bias_add_f32(const float *y, const float *b, float *out,
-                                               size_t n, int d) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        out[i] = y[i] + b[i % d];
-    }
+template <typename T> __device__ void bias_add(const T *y, const T *b, T *out, size_t n, int d) {
+    GRID_STRIDE(i, n) { out[i] = narrow<T>(widen(y[i]) + widen(b[i % d])); }
 }
 
 // out = max(x, 0).
-extern "C" __global__ void cumind_relu_f32(const float *x, float *out, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        out[i] = fmaxf(x[i], 0.0f);
-    }
+template <typename T> __device__ void relu(const T *x, T *out, size_t n) {
+    GRID_STRIDE(i, n) { out[i] = widen(x[i]) > 0.0f ? x[i] : narrow<T>(0.0f); }
 }
 
 // The gradient passes where x >= 0 (as candle's ReLU backward does).
+template <typename T> __device__ void relu_backward(const T *grad, const T *x, T *out, size_t n) {
+    GRID_STRIDE(i, n) { out[i] = widen(x[i]) >= 0.0f ? grad[i] : narrow<T>(0.0f); }
+}
+
+extern "C" __global__ void cumind_bias_add_f32(const float *y, const float *b, float *out,
+                                               size_t n, int d) {
+    bias_add<float>(y, b, out, n, d);
+}
+extern "C" __global__ void cumind_bias_add_bf16(const __nv_bfloat16 *y, const __nv_bfloat16 *b,
+                                                __nv_bfloat16 *out, size_t n, int d) {
+    bias_add<__nv_bfloat16>(y, b, out, n, d);
+}
+extern "C" __global__ void cumind_relu_f32(const float *x, float *out, size_t n) {
+    relu<float>(x, out, n);
+}
+extern "C" __global__ void cumind_relu_bf16(const __nv_bfloat16 *x, __nv_bfloat16 *out,
+                                            size_t n) {
+    relu<__nv_bfloat16>(x, out, n);
+}
 extern "C" __global__ void cumind_relu_backward_f32(const float *grad, const float *x, float *out,
                                                     size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        out[i] = x[i] >= 0.0f ? grad[i] : 0.0f;
-    }
+    relu_backward<float>(grad, x, out, n);
+}
+extern "C" __global__ void cumind_relu_backward_bf16(const __nv_bfloat16 *grad,
+                                                     const __nv_bfloat16 *x,
+                                                     __nv_bfloat16 *out, size_t n) {
+    relu_backward<__nv_bfloat16>(grad, x, out, n);
 }
 
 // Maximum and log-sum-exp of one row of n logits, all lanes taking part.
