@@ -90,10 +90,7 @@ fn widened<'a>(
     storage: &'a CpuStorage,
     layout: &Layout,
 ) -> candle_core::Result<std::borrow::Cow<'a, [f32]>> {
-    let range = match layout.contiguous_offsets() {
-        Some((start, end)) => start..end,
-        None => candle_core::bail!("fused kernel: input is not contiguous"),
-    };
+    let range = contiguous_range(layout)?;
     match storage {
         CpuStorage::F32(v) => Ok(std::borrow::Cow::Borrowed(&v[range])),
         CpuStorage::BF16(v) => Ok(std::borrow::Cow::Owned(
@@ -115,9 +112,13 @@ fn narrowed(values: Vec<f32>, like: &CpuStorage) -> CpuStorage {
 
 /// The f32 elements of a contiguous CPU tensor.
 fn elements<'a>(storage: &'a CpuStorage, layout: &Layout) -> candle_core::Result<&'a [f32]> {
-    let data = storage.as_slice::<f32>()?;
+    Ok(&storage.as_slice::<f32>()?[contiguous_range(layout)?])
+}
+
+/// The storage range a contiguous layout addresses.
+fn contiguous_range(layout: &Layout) -> candle_core::Result<std::ops::Range<usize>> {
     match layout.contiguous_offsets() {
-        Some((start, end)) => Ok(&data[start..end]),
+        Some((start, end)) => Ok(start..end),
         None => candle_core::bail!("fused kernel: input is not contiguous"),
     }
 }

@@ -91,13 +91,9 @@ fn storage<T: CudaDType>(slice: CudaSlice<T>, dev: &CudaDevice) -> CudaStorage {
     CudaStorage::wrap_cuda_slice(slice, dev.clone())
 }
 
-/// The kernel `{stem}_f32` or `{stem}_bf16` for the dtype of `storage`.
-fn kernel_name(stem: &str, storage: &CudaStorage) -> Result<String> {
-    match storage.dtype() {
-        DType::F32 => Ok(format!("{stem}_f32")),
-        DType::BF16 => Ok(format!("{stem}_bf16")),
-        other => candle_core::bail!("{stem}: no CUDA kernel for {other:?}"),
-    }
+/// The error for a dtype that has no kernel of `op`.
+fn no_kernel(op: &str, dtype: DType) -> candle_core::Error {
+    candle_core::Error::Msg(format!("{op}: no CUDA kernel for {dtype:?}"))
 }
 
 /// Layer norm of the rows of `x` with scale `gamma` and shift `beta`.
@@ -189,14 +185,16 @@ pub fn bias_add(
     bias: (&CudaStorage, &Layout),
 ) -> Result<(CudaStorage, Shape)> {
     match y.0.dtype() {
-        DType::BF16 => bias_add_of::<bf16>(y, bias),
-        _ => bias_add_of::<f32>(y, bias),
+        DType::F32 => bias_add_of::<f32>(y, bias, "cumind_bias_add_f32"),
+        DType::BF16 => bias_add_of::<bf16>(y, bias, "cumind_bias_add_bf16"),
+        other => Err(no_kernel("bias add", other)),
     }
 }
 
 fn bias_add_of<T: CudaDType + DeviceRepr>(
     y: (&CudaStorage, &Layout),
     bias: (&CudaStorage, &Layout),
+    kernel: &str,
 ) -> Result<(CudaStorage, Shape)> {
     let dev = &y.0.device;
     let (rows, d) = rows_and_width(y.1)?;
@@ -206,11 +204,7 @@ fn bias_add_of<T: CudaDType + DeviceRepr>(
     }
     let n = rows * d;
     let out = output::<T>(dev, n)?;
-    let func = dev.get_or_load_custom_func(
-        &kernel_name("cumind_bias_add", y.0)?,
-        MODULE,
-        ptx::FUSED_KERNELS,
-    )?;
+    let func = dev.get_or_load_custom_func(kernel, MODULE, ptx::FUSED_KERNELS)?;
     let mut b = func.builder();
     let d_i = d as i32;
     b.arg(&yv).arg(&bv).arg(&out).arg(&n).arg(&d_i);
@@ -222,23 +216,21 @@ fn bias_add_of<T: CudaDType + DeviceRepr>(
 /// `[..., d]` -> `[d]`: the sum of all rows (f32 or bf16, accumulated in f32).
 pub fn sum_rows(g: (&CudaStorage, &Layout)) -> Result<(CudaStorage, Shape)> {
     match g.0.dtype() {
-        DType::BF16 => sum_rows_of::<bf16>(g),
-        _ => sum_rows_of::<f32>(g),
+        DType::F32 => sum_rows_of::<f32>(g, "cumind_sum_rows_f32"),
+        DType::BF16 => sum_rows_of::<bf16>(g, "cumind_sum_rows_bf16"),
+        other => Err(no_kernel("sum rows", other)),
     }
 }
 
 fn sum_rows_of<T: CudaDType + DeviceRepr>(
     g: (&CudaStorage, &Layout),
+    kernel: &str,
 ) -> Result<(CudaStorage, Shape)> {
     let dev = &g.0.device;
     let (rows, d) = rows_and_width(g.1)?;
     let gv = view::<T>(g.0, g.1)?;
     let out = output::<T>(dev, d)?;
-    let func = dev.get_or_load_custom_func(
-        &kernel_name("cumind_sum_rows", g.0)?,
-        MODULE,
-        ptx::FUSED_KERNELS,
-    )?;
+    let func = dev.get_or_load_custom_func(kernel, MODULE, ptx::FUSED_KERNELS)?;
     let mut b = func.builder();
     let (rows_i, d_i) = (rows as i32, d as i32);
     b.arg(&gv).arg(&out).arg(&rows_i).arg(&d_i);
@@ -250,21 +242,21 @@ fn sum_rows_of<T: CudaDType + DeviceRepr>(
 /// `max(x, 0)` (f32 or bf16).
 pub fn relu(x: (&CudaStorage, &Layout)) -> Result<(CudaStorage, Shape)> {
     match x.0.dtype() {
-        DType::BF16 => relu_of::<bf16>(x),
-        _ => relu_of::<f32>(x),
+        DType::F32 => relu_of::<f32>(x, "cumind_relu_f32"),
+        DType::BF16 => relu_of::<bf16>(x, "cumind_relu_bf16"),
+        other => Err(no_kernel("ReLU", other)),
     }
 }
 
-fn relu_of<T: CudaDType + DeviceRepr>(x: (&CudaStorage, &Layout)) -> Result<(CudaStorage, Shape)> {
+fn relu_of<T: CudaDType + DeviceRepr>(
+    x: (&CudaStorage, &Layout),
+    kernel: &str,
+) -> Result<(CudaStorage, Shape)> {
     let dev = &x.0.device;
     let xv = view::<T>(x.0, x.1)?;
     let n = xv.len();
     let out = output::<T>(dev, n)?;
-    let func = dev.get_or_load_custom_func(
-        &kernel_name("cumind_relu", x.0)?,
-        MODULE,
-        ptx::FUSED_KERNELS,
-    )?;
+    let func = dev.get_or_load_custom_func(kernel, MODULE, ptx::FUSED_KERNELS)?;
     let mut b = func.builder();
     b.arg(&xv).arg(&out).arg(&n);
     // SAFETY: the argument list matches the kernel's signature.
@@ -278,14 +270,16 @@ pub fn relu_backward(
     x: (&CudaStorage, &Layout),
 ) -> Result<(CudaStorage, Shape)> {
     match x.0.dtype() {
-        DType::BF16 => relu_backward_of::<bf16>(grad, x),
-        _ => relu_backward_of::<f32>(grad, x),
+        DType::F32 => relu_backward_of::<f32>(grad, x, "cumind_relu_backward_f32"),
+        DType::BF16 => relu_backward_of::<bf16>(grad, x, "cumind_relu_backward_bf16"),
+        other => Err(no_kernel("ReLU backward", other)),
     }
 }
 
 fn relu_backward_of<T: CudaDType + DeviceRepr>(
     grad: (&CudaStorage, &Layout),
     x: (&CudaStorage, &Layout),
+    kernel: &str,
 ) -> Result<(CudaStorage, Shape)> {
     let dev = &x.0.device;
     let (gv, xv) = (view::<T>(grad.0, grad.1)?, view::<T>(x.0, x.1)?);
@@ -298,11 +292,7 @@ fn relu_backward_of<T: CudaDType + DeviceRepr>(
     }
     let n = xv.len();
     let out = output::<T>(dev, n)?;
-    let func = dev.get_or_load_custom_func(
-        &kernel_name("cumind_relu_backward", x.0)?,
-        MODULE,
-        ptx::FUSED_KERNELS,
-    )?;
+    let func = dev.get_or_load_custom_func(kernel, MODULE, ptx::FUSED_KERNELS)?;
     let mut b = func.builder();
     b.arg(&gv).arg(&xv).arg(&out).arg(&n);
     // SAFETY: the argument list matches the kernel's signature.
