@@ -20,9 +20,12 @@
 //! ```
 
 use cumind::agent::Agent;
-use cumind::envs::Environment;
+use cumind::arena::search::winning_moves;
 use cumind::op_count::read_f32;
 use rand::{Rng, SeedableRng};
+
+#[path = "common/predicted_rewards.rs"]
+mod predicted_rewards;
 
 /// A position, with the moves that matter in it.
 struct Position {
@@ -30,13 +33,6 @@ struct Position {
     legal: Vec<usize>,
     /// Moves that win at once (win in one), or the one move that blocks (must block).
     key_moves: Vec<usize>,
-}
-
-/// Whether `action` ends the game with a win for the player who makes it.
-fn wins(env: &dyn Environment, action: usize) -> bool {
-    let mut e = env.clone_box();
-    let r = e.step(action).expect("a legal move");
-    r.terminated && r.reward > 0.5
 }
 
 /// Positions of random play: (win in one, must block, other), `n` of each at most.
@@ -53,11 +49,7 @@ fn positions(env_name: &str, n: usize, seed: u64) -> [Vec<Position>; 3] {
             if legal.is_empty() {
                 break;
             }
-            let winning: Vec<usize> = legal
-                .iter()
-                .copied()
-                .filter(|&a| wins(env.as_ref(), a))
-                .collect();
+            let winning = winning_moves(env.as_ref());
             let position = |key_moves| Position {
                 observation: observation.clone(),
                 legal: legal.clone(),
@@ -75,7 +67,7 @@ fn positions(env_name: &str, n: usize, seed: u64) -> [Vec<Position>; 3] {
                     .filter(|&a| {
                         let mut e = env.clone_box();
                         e.step(a).expect("a legal move");
-                        !e.legal_actions().iter().any(|&b| wins(e.as_ref(), b))
+                        winning_moves(e.as_ref()).is_empty()
                     })
                     .collect();
                 if safe.len() == 1 && legal.len() > 1 {
@@ -126,17 +118,7 @@ fn predict(agent: &Agent, positions: &[Position]) -> Predictions {
             e.iter().map(|x| x / total).collect()
         })
         .collect();
-    let mut rewards = vec![vec![0f32; a]; positions.len()];
-    for action in 0..a {
-        let actions = net.action_tensor(&vec![action; positions.len()]).unwrap();
-        let (_, reward_logits) = net.dynamics(&latent, &actions).unwrap();
-        let decoded = spec
-            .reward_support
-            .logits_to_scalars(&read_f32(&reward_logits).unwrap());
-        for (row, r) in rewards.iter_mut().zip(decoded) {
-            row[action] = r;
-        }
-    }
+    let rewards = predicted_rewards::for_every_action(net, &latent, positions.len());
     (values, priors, rewards)
 }
 

@@ -18,20 +18,15 @@
 use candle_core::{DType, Device};
 use rand::{Rng, SeedableRng};
 
+use cumind::arena::search::winning_moves;
 use cumind::components::{self, EnvInfo};
-use cumind::envs::Environment;
 use cumind::network::MuZeroNetwork;
-use cumind::op_count::read_f32;
 use cumind::replay::{GameHistory, ReplayBuffer};
 use cumind::train::Learner;
 use cumind::{Config, ConfigSources};
 
-/// Whether `action` ends the game with a win for the player who makes it.
-fn wins(env: &dyn Environment, action: usize) -> bool {
-    let mut e = env.clone_box();
-    let r = e.step(action).expect("a legal move");
-    r.terminated && r.reward > 0.5
-}
+#[path = "common/predicted_rewards.rs"]
+mod predicted_rewards;
 
 /// A held-out position: observation, legal moves, winning moves.
 type HeldOut = (Vec<f32>, Vec<usize>, Vec<usize>);
@@ -70,11 +65,7 @@ fn main() {
             if legal.is_empty() {
                 break;
             }
-            let winning: Vec<usize> = legal
-                .iter()
-                .copied()
-                .filter(|&a| wins(env.as_ref(), a))
-                .collect();
+            let winning = winning_moves(env.as_ref());
             if g % 10 == 0 {
                 if !winning.is_empty() && held.len() < 500 {
                     held.push((observation.clone(), legal.clone(), winning));
@@ -139,19 +130,7 @@ fn main() {
         let latent = net
             .represent(&net.observation_tensor(&flat).expect("observations"))
             .expect("representation");
-        let mut rewards = vec![vec![0f32; a_n]; held.len()];
-        for action in 0..a_n {
-            let actions = net
-                .action_tensor(&vec![action; held.len()])
-                .expect("actions");
-            let (_, logits) = net.dynamics(&latent, &actions).expect("dynamics");
-            let decoded = spec
-                .reward_support
-                .logits_to_scalars(&read_f32(&logits).expect("a read"));
-            for (row, r) in rewards.iter_mut().zip(decoded) {
-                row[action] = r;
-            }
-        }
+        let rewards = predicted_rewards::for_every_action(net, &latent, held.len());
         let (mut on_wins, mut n_wins, mut on_others, mut n_others, mut hits) = (0.0, 0, 0.0, 0, 0);
         for ((_, legal, winning), r) in held.iter().zip(&rewards) {
             for &m in legal {

@@ -131,6 +131,19 @@ fn move_value(env: &dyn Environment, action: usize, depth: usize, alpha: f32, be
     reward - best
 }
 
+/// The legal moves of `env` that end the game with a win for the player to move (a
+/// terminating step with a positive reward), tried on clones.
+pub fn winning_moves(env: &dyn Environment) -> Vec<usize> {
+    env.legal_actions()
+        .into_iter()
+        .filter(|&a| {
+            let mut next = env.clone_box();
+            next.step(a)
+                .is_ok_and(|step| step.terminated && step.reward > 0.5)
+        })
+        .collect()
+}
+
 /// One of the moves whose value is within `tolerance` of the best, uniformly at random.
 pub fn pick_best<R: Rng + ?Sized>(values: &[(usize, f32)], tolerance: f32, rng: &mut R) -> usize {
     let best = values
@@ -194,6 +207,19 @@ mod tests {
         play(&mut env, &[0, 6, 0, 6, 0, 5]);
         let values = alphabeta_move_values(&env, 2);
         assert_eq!(pick_best(&values, 0.0, &mut rng), 0, "{values:?}");
+    }
+
+    #[test]
+    fn winning_moves_are_the_moves_that_end_the_game_with_a_win() {
+        let mut env = ConnectFour::new();
+        assert!(winning_moves(&env).is_empty());
+        // First player to move with three in column 0: only column 0 wins.
+        play(&mut env, &[0, 6, 0, 6, 0, 5]);
+        assert_eq!(winning_moves(&env), vec![0]);
+        // Second player to move after that threat: no win of its own.
+        let mut env = ConnectFour::new();
+        play(&mut env, &[0, 6, 0, 6, 0]);
+        assert!(winning_moves(&env).is_empty());
     }
 
     /// The same scoring as `move_value` without pruning.
