@@ -50,6 +50,8 @@ pub fn network_spec(config: &Config, env: &EnvInfo) -> NetworkSpec {
         } else {
             0
         },
+        value_prefix_dim: n.value_prefix_dim,
+        value_prefix_horizon: n.value_prefix_horizon,
     }
 }
 

@@ -21,7 +21,22 @@ fn options() -> RunOptions {
 
 #[test]
 fn muzero_learns_to_catch() {
-    let config = catch_config(&["training.eval_interval=0"]);
+    learns_to_catch(&["training.eval_interval=0"]);
+}
+
+/// The same with EfficientZero's value prefix: Catch's only reward comes at the end, so the
+/// search must read it off the difference of two prefixes.
+#[test]
+fn muzero_learns_to_catch_with_a_value_prefix() {
+    learns_to_catch(&[
+        "training.eval_interval=0",
+        "network_architecture.value_prefix_dim=16",
+        "network_architecture.value_prefix_horizon=3",
+    ]);
+}
+
+fn learns_to_catch(sets: &[&str]) {
+    let config = catch_config(sets);
     let mut sink = MemorySink::default();
     let summary = train(&config, &[Device::Cpu], &options(), &mut sink).unwrap();
     assert_eq!(

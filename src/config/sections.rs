@@ -88,8 +88,15 @@ pub struct NetworkConfig {
     pub network_type: NetworkType,
     /// Value head support is the integers `-n..=n` (after the h(x) transform).
     pub value_support_size: usize,
-    /// Reward head support is the integers `-n..=n` (after the h(x) transform).
+    /// Reward head support is the integers `-n..=n` (after the h(x) transform); with a value
+    /// prefix it must hold the sums of up to `value_prefix_horizon` rewards.
     pub reward_support_size: usize,
+    /// Width of the LSTM of EfficientZero's value prefix: the dynamics predicts the sum of
+    /// the rewards since the last reset instead of each reward (0: off).
+    pub value_prefix_dim: usize,
+    /// The value prefix resets every this many steps of an unroll or a search path (0: only
+    /// at the root). EfficientZero uses 5.
+    pub value_prefix_horizon: usize,
 }
 
 /// "Training": the learner.

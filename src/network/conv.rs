@@ -187,7 +187,13 @@ impl ConvDynamics {
         pb.push("dynamics");
         let trunk = ConvTrunk::new(pb, "trunk", ch + spec.num_actions, ch, spec.num_blocks);
         let reward_conv = Conv2d::new(pb, "reward_conv", ch, 1, 1);
-        let reward_hidden = Linear::new(pb, "reward_hidden", h * w, spec.hidden_dim, false);
+        let reward_hidden = Linear::new(
+            pb,
+            "reward_hidden",
+            spec.reward_head_input_dim(),
+            spec.hidden_dim,
+            false,
+        );
         let reward_out = Linear::new(
             pb,
             "reward_out",
@@ -212,6 +218,17 @@ impl ConvDynamics {
         latent: &Tensor,
         action_one_hot: &Tensor,
     ) -> candle_core::Result<(Tensor, Tensor)> {
+        let (next, features) = self.features(latent, action_one_hot)?;
+        Ok((next, self.reward_head(&features)?))
+    }
+
+    /// The latent and the reward features (the reward plane, flattened: `[B, H * W]`),
+    /// without the reward head: what a value prefix's LSTM reads.
+    pub fn features(
+        &self,
+        latent: &Tensor,
+        action_one_hot: &Tensor,
+    ) -> candle_core::Result<(Tensor, Tensor)> {
         let (b, a) = action_one_hot.dims2()?;
         let (h, w) = self.board;
         let planes = action_one_hot
@@ -222,10 +239,13 @@ impl ConvDynamics {
         let hidden = self.trunk.forward(&x)?;
         let next = min_max_scale(&hidden)?;
         let r = relu(&self.reward_conv.forward(&hidden)?)?.flatten_from(1)?;
-        let reward = self
-            .reward_out
-            .forward(&relu(&self.reward_hidden.forward(&r)?)?)?;
-        Ok((next, reward))
+        Ok((next, r))
+    }
+
+    /// Reward (or value prefix) logits of `[B, reward_head_input_dim]` features.
+    pub fn reward_head(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        self.reward_out
+            .forward(&relu(&self.reward_hidden.forward(x)?)?)
     }
 }
 

@@ -311,13 +311,14 @@ impl HostStep {
 }
 
 impl HostMlp {
-    /// Whether `network` can run here: MLP networks with f32 compute on the CPU (unless the
-    /// CPU's host paths are off, `fused::set_host_paths`).
+    /// Whether `network` can run here: MLP networks without a value prefix, with f32 compute
+    /// on the CPU (unless the CPU's host paths are off, `fused::set_host_paths`).
     pub fn supports(network: &MuZeroNetwork) -> bool {
         super::fused::host_paths()
             && network.device().is_cpu()
             && network.dtype() == DType::F32
             && !network.spec().uses_conv()
+            && !network.has_value_prefix()
     }
 
     /// Read `network`'s weights (no candle op: straight from the parameters' storage).
@@ -543,6 +544,8 @@ mod tests {
             value_support: Support::symmetric(4),
             reward_support: Support::symmetric(2),
             projection_dim: 0,
+            value_prefix_dim: 0,
+            value_prefix_horizon: 0,
         }
     }
 

@@ -63,8 +63,13 @@ impl Dynamics {
             spec.num_blocks,
         );
         let latent_out = Linear::new(pb, "latent_out", spec.hidden_dim, spec.latent_dim, false);
-        let reward_hidden =
-            Linear::new(pb, "reward_hidden", spec.hidden_dim, spec.hidden_dim, false);
+        let reward_hidden = Linear::new(
+            pb,
+            "reward_hidden",
+            spec.reward_head_input_dim(),
+            spec.hidden_dim,
+            false,
+        );
         let reward_out = Linear::new(
             pb,
             "reward_out",
@@ -76,7 +81,10 @@ impl Dynamics {
         let (mut trunk, latent_out, reward_hidden) = (trunk?, latent_out?, reward_hidden?);
         let fused = if pb.is_frozen() {
             trunk.fold_input_bias_into_rows(spec.latent_dim)?;
-            Some(Linear::concat_outputs(&latent_out, &reward_hidden)?)
+            // With a value prefix the reward head reads the LSTM, not the trunk.
+            (spec.value_prefix_dim == 0)
+                .then(|| Linear::concat_outputs(&latent_out, &reward_hidden))
+                .transpose()?
         } else {
             None
         };
@@ -110,10 +118,26 @@ impl Dynamics {
             return Ok((next, reward));
         }
         let next = min_max_scale(&self.latent_out.forward(&h)?)?;
-        let reward = self
-            .reward_out
-            .forward(&relu(&self.reward_hidden.forward(&h)?)?)?;
-        Ok((next, reward))
+        Ok((next, self.reward_head(&h)?))
+    }
+
+    /// The latent and the reward features (the trunk's output `[B, hidden_dim]`), without the
+    /// reward head: what a value prefix's LSTM reads.
+    pub fn features(
+        &self,
+        latent: &Tensor,
+        action_one_hot: &Tensor,
+    ) -> candle_core::Result<(Tensor, Tensor)> {
+        let h = self
+            .trunk
+            .forward(&Tensor::cat(&[latent, action_one_hot], 1)?)?;
+        Ok((min_max_scale(&self.latent_out.forward(&h)?)?, h))
+    }
+
+    /// Reward (or value prefix) logits of `[B, reward_head_input_dim]` features.
+    pub fn reward_head(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        self.reward_out
+            .forward(&relu(&self.reward_hidden.forward(x)?)?)
     }
 }
 

@@ -14,6 +14,7 @@ pub mod mlp;
 pub mod params;
 pub mod projection;
 pub mod search_model;
+pub mod value_prefix;
 
 use std::collections::HashMap;
 
@@ -76,6 +77,14 @@ pub struct NetworkSpec {
     /// no heads; see [`projection`]).
     #[serde(default)]
     pub projection_dim: usize,
+    /// Width of the value prefix's LSTM (0: the dynamics predicts each transition's reward;
+    /// see [`value_prefix`]).
+    #[serde(default)]
+    pub value_prefix_dim: usize,
+    /// Depths at which the value prefix resets (0: only at the root; see
+    /// [`value_prefix::is_reset`]).
+    #[serde(default)]
+    pub value_prefix_horizon: usize,
 }
 
 impl NetworkSpec {
@@ -100,6 +109,27 @@ impl NetworkSpec {
             ]
         } else {
             vec![self.latent_dim]
+        }
+    }
+
+    /// Width of the dynamics' reward features, what the reward head (or, with a value prefix,
+    /// its LSTM) reads: the trunk's output for the MLP, the flattened reward plane `H * W` for
+    /// the conv net.
+    pub fn reward_features_dim(&self) -> usize {
+        if self.uses_conv() {
+            self.observation_shape[1] * self.observation_shape[2]
+        } else {
+            self.hidden_dim
+        }
+    }
+
+    /// Width of the reward head's input: the LSTM's output with a value prefix, else the
+    /// reward features.
+    pub fn reward_head_input_dim(&self) -> usize {
+        if self.value_prefix_dim > 0 {
+            self.value_prefix_dim
+        } else {
+            self.reward_features_dim()
         }
     }
 }
@@ -139,6 +169,7 @@ pub struct MuZeroNetwork {
     dtype: DType,
     architecture: Architecture,
     projection: Option<projection::Projection>,
+    value_prefix: Option<value_prefix::ValuePrefixLstm>,
 }
 
 impl MuZeroNetwork {
@@ -182,12 +213,18 @@ impl MuZeroNetwork {
         } else {
             None
         };
+        let value_prefix = if spec.value_prefix_dim > 0 {
+            Some(value_prefix::ValuePrefixLstm::new(&mut pb, &spec)?)
+        } else {
+            None
+        };
         Ok(Self {
             spec,
             params: pb.finish()?,
             dtype,
             architecture,
             projection,
+            value_prefix,
         })
     }
 
@@ -285,17 +322,62 @@ impl MuZeroNetwork {
         })
     }
 
-    /// g: (latent `[B, ...]`, one-hot actions `[B, A]`) -> (latent `[B, ...]`, reward logits `[B, R]` f32).
+    /// g: (latent `[B, ...]`, one-hot actions `[B, A]`) -> (latent `[B, ...]`, reward logits
+    /// `[B, R]` f32). With a value prefix, the logits are the prefix of a first step from a
+    /// reset point, which is that step's reward.
     pub fn dynamics(
         &self,
         latent: &Tensor,
         actions: &Tensor,
     ) -> Result<(Tensor, Tensor), NetworkError> {
-        let (next, reward) = match &self.architecture {
-            Architecture::Mlp { dynamics, .. } => dynamics.forward(latent, actions)?,
-            Architecture::Conv { dynamics, .. } => dynamics.forward(latent, actions)?,
+        let (next, reward, _) = self.dynamics_step(latent, actions, None)?;
+        Ok((next, reward))
+    }
+
+    /// g with the value prefix's state: from `state` (`None`: a reset point, zeros) ->
+    /// (latent, reward or prefix logits `[B, R]` f32, the state after the step). Without a
+    /// value prefix the state is ignored and `None` comes back: this is [`Self::dynamics`].
+    pub fn dynamics_step(
+        &self,
+        latent: &Tensor,
+        actions: &Tensor,
+        state: Option<&value_prefix::PrefixState>,
+    ) -> Result<(Tensor, Tensor, Option<value_prefix::PrefixState>), NetworkError> {
+        let Some(lstm) = &self.value_prefix else {
+            let (next, reward) = match &self.architecture {
+                Architecture::Mlp { dynamics, .. } => dynamics.forward(latent, actions)?,
+                Architecture::Conv { dynamics, .. } => dynamics.forward(latent, actions)?,
+            };
+            return Ok((next, reward.to_dtype(DType::F32)?, None));
         };
-        Ok((next, reward.to_dtype(DType::F32)?))
+        let (next, features) = match &self.architecture {
+            Architecture::Mlp { dynamics, .. } => dynamics.features(latent, actions)?,
+            Architecture::Conv { dynamics, .. } => dynamics.features(latent, actions)?,
+        };
+        let zeros;
+        let state = match state {
+            Some(state) => state,
+            None => {
+                zeros = value_prefix::PrefixState::zeros(
+                    features.dim(0)?,
+                    lstm.dim(),
+                    features.dtype(),
+                    features.device(),
+                )?;
+                &zeros
+            }
+        };
+        let (out, state) = lstm.step(&features, state)?;
+        let logits = match &self.architecture {
+            Architecture::Mlp { dynamics, .. } => dynamics.reward_head(&out)?,
+            Architecture::Conv { dynamics, .. } => dynamics.reward_head(&out)?,
+        };
+        Ok((next, logits.to_dtype(DType::F32)?, Some(state)))
+    }
+
+    /// Whether the dynamics predicts value prefixes (see [`value_prefix`]) rather than rewards.
+    pub fn has_value_prefix(&self) -> bool {
+        self.value_prefix.is_some()
     }
 
     /// Scalar values of observations: h, then f's value head, off the categorical support.

@@ -12,6 +12,7 @@
 use candle_core::Tensor;
 
 use super::host_mlp::HostMlp;
+use super::value_prefix::{is_reset, PrefixState};
 use super::{MuZeroNetwork, NetworkError};
 use crate::model::{Model, ModelError, Prediction};
 
@@ -37,6 +38,17 @@ fn backend(err: candle_core::Error) -> ModelError {
     ModelError::Backend(err.to_string())
 }
 
+/// The value prefix's state of every node (see [`super::value_prefix`]), node-major like the
+/// latents: the LSTM's `h` and `c` on the device (zeros at reset points), and on the host
+/// each node's depth and the prefix its children's prefixes are measured from (0 at reset
+/// points, else the node's own prefix). A node's reward is its prefix minus its parent's base.
+struct PrefixTree {
+    h: Tensor,
+    c: Tensor,
+    base: Vec<f32>,
+    depth: Vec<usize>,
+}
+
 /// A network seen by the search, with the latent buffer of the current batch of trees.
 pub struct SearchModel<'a> {
     network: &'a MuZeroNetwork,
@@ -47,6 +59,8 @@ pub struct SearchModel<'a> {
     /// `network`'s inference copy, made by `initial_inference`.
     frozen: Option<MuZeroNetwork>,
     latents: Option<Tensor>,
+    /// The value prefix's part of the trees, for a network that has one.
+    prefix: Option<PrefixTree>,
     batch: usize,
     capacity: usize,
     /// A fork: one half of a split search, so its host calls do not split again.
@@ -70,6 +84,7 @@ impl<'a> SearchModel<'a> {
             host: None,
             frozen: None,
             latents: None,
+            prefix: None,
             batch: 0,
             capacity: 0,
             forked: false,
@@ -239,6 +254,24 @@ impl Model for SearchModel<'_> {
         buffer
             .slice_set(&latent.contiguous().map_err(backend)?, 0, 0)
             .map_err(backend)?;
+        self.prefix = if network.has_value_prefix() {
+            let rows = capacity.max(1) * batch;
+            let zeros = PrefixState::zeros(
+                rows,
+                network.spec().value_prefix_dim,
+                latent.dtype(),
+                latent.device(),
+            )
+            .map_err(backend)?;
+            Some(PrefixTree {
+                h: zeros.h,
+                c: zeros.c,
+                base: vec![0.0; rows],
+                depth: vec![0; rows],
+            })
+        } else {
+            None
+        };
         self.latents = Some(buffer);
         self.frozen = Some(network);
         self.batch = batch;
@@ -276,13 +309,52 @@ impl Model for SearchModel<'_> {
         let parent_latents = buffer.index_select(&index, 0).map_err(backend)?;
         let network = self.frozen.as_ref().unwrap_or(self.network);
         let one_hot = network.action_tensor(actions)?;
-        let (next, reward) = network.dynamics(&parent_latents, &one_hot)?;
+        let parent_state = match &self.prefix {
+            Some(tree) => Some(PrefixState {
+                h: tree.h.index_select(&index, 0).map_err(backend)?,
+                c: tree.c.index_select(&index, 0).map_err(backend)?,
+            }),
+            None => None,
+        };
+        let (next, reward, state) =
+            network.dynamics_step(&parent_latents, &one_hot, parent_state.as_ref())?;
         let (policy, value) = network.predict(&next)?;
         let next = next.to_dtype(buffer.dtype()).map_err(backend)?;
         buffer
             .slice_set(&next.contiguous().map_err(backend)?, 0, new_node * b)
             .map_err(backend)?;
-        self.outputs(&policy, &value, Some(&reward))
+        let mut out = self.outputs(&policy, &value, Some(&reward))?;
+        if let (Some(tree), Some(state)) = (self.prefix.as_mut(), state) {
+            let horizon = self.network.spec().value_prefix_horizon;
+            let mut keep = vec![1f32; b];
+            for (i, &p) in parents.iter().enumerate() {
+                let (parent, row) = (p * b + i, new_node * b + i);
+                let depth = tree.depth[parent] + 1;
+                let prefix = out.rewards[i];
+                out.rewards[i] = prefix - tree.base[parent];
+                tree.depth[row] = depth;
+                if is_reset(depth, horizon) {
+                    tree.base[row] = 0.0;
+                    keep[i] = 0.0;
+                } else {
+                    tree.base[row] = prefix;
+                }
+            }
+            let (mut h, mut c) = (state.h, state.c);
+            if keep.contains(&0.0) {
+                let keep = Tensor::from_vec(keep, (b, 1), h.device())
+                    .and_then(|k| k.to_dtype(h.dtype()))
+                    .map_err(backend)?;
+                h = h.broadcast_mul(&keep).map_err(backend)?;
+                c = c.broadcast_mul(&keep).map_err(backend)?;
+            }
+            for (store, value) in [(&tree.h, h), (&tree.c, c)] {
+                store
+                    .slice_set(&value.contiguous().map_err(backend)?, 0, new_node * b)
+                    .map_err(backend)?;
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -307,6 +379,8 @@ mod tests {
             value_support: Support::symmetric(4),
             reward_support: Support::symmetric(2),
             projection_dim: 0,
+            value_prefix_dim: 0,
+            value_prefix_horizon: 0,
         }
     }
 
@@ -557,6 +631,82 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// With a value prefix the search sees each transition's reward as the difference of two
+    /// prefixes, the LSTM state follows the path and restarts below reset points: the
+    /// rewards of a path of depth 4 and of a sibling, against the network's steps by hand
+    /// (horizon 2: depths 0, 2 and 4 are reset points).
+    #[test]
+    fn the_search_reads_rewards_off_value_prefixes() {
+        let spec = NetworkSpec {
+            value_prefix_dim: 5,
+            value_prefix_horizon: 2,
+            ..spec(vec![5])
+        };
+        let mut net = MuZeroNetwork::new(spec, 2, &Device::Cpu, DType::F32).unwrap();
+        // The reward head's last layer starts at zero: give it weights.
+        let mut tensors = net.params().to_tensors().unwrap();
+        for (name, t) in tensors.iter_mut() {
+            if name.starts_with("dynamics.reward_out") {
+                *t = Tensor::rand(-1f32, 1.0, t.dims(), &Device::Cpu).unwrap();
+            }
+        }
+        net = MuZeroNetwork::from_tensors(net.spec().clone(), tensors, &Device::Cpu, DType::F32)
+            .unwrap();
+        assert!(!HostMlp::supports(&net), "the value prefix runs on tensors");
+        let obs: Vec<f32> = (0..5).map(|i| (i as f32 * 0.7).sin()).collect();
+        let mut model = SearchModel::new(&net);
+        model.initial_inference(&obs, 1, 8).unwrap();
+        // (parent, action) of nodes 1..=5: a path 0-1-2-3-4 and node 5 below node 1.
+        let edges = [(0, 1), (1, 2), (2, 0), (3, 1), (1, 0)];
+        let got: Vec<f32> = edges
+            .iter()
+            .enumerate()
+            .map(|(n, &(p, a))| {
+                model
+                    .recurrent_inference(&[p], &[a], n + 1)
+                    .unwrap()
+                    .rewards[0]
+            })
+            .collect();
+
+        let s = net.spec();
+        let prefix_of = |logits: &Tensor| {
+            s.reward_support
+                .logits_to_scalars(&logits.flatten_all().unwrap().to_vec1::<f32>().unwrap())[0]
+        };
+        let step = |latent: &Tensor, a: usize, state: Option<&PrefixState>| {
+            net.dynamics_step(latent, &net.action_tensor(&[a]).unwrap(), state)
+                .unwrap()
+        };
+        let root = net
+            .represent(&net.observation_tensor(&obs).unwrap())
+            .unwrap();
+        let (l1, p1, s1) = step(&root, 1, None);
+        let (l2, p2, _) = step(&l1, 2, s1.as_ref());
+        let (l3, p3, s3) = step(&l2, 0, None); // node 2 is at depth 2: a reset point
+        let (_, p4, _) = step(&l3, 1, s3.as_ref());
+        let (_, p5, _) = step(&l1, 0, s1.as_ref());
+        let (p1, p2, p3, p4, p5) = (
+            prefix_of(&p1),
+            prefix_of(&p2),
+            prefix_of(&p3),
+            prefix_of(&p4),
+            prefix_of(&p5),
+        );
+        let want = [p1, p2 - p1, p3, p4 - p3, p5 - p1];
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (g - w).abs() < 1e-4,
+                "node {}: reward {g}, by hand {w}",
+                i + 1
+            );
+        }
+        assert!(
+            want.iter().any(|&r| (r - p1).abs() > 1e-3),
+            "the prefixes differ along the path"
+        );
     }
 
     #[test]

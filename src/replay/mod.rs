@@ -80,6 +80,7 @@ pub mod reanalyse;
 mod snapshot;
 mod sum_tree;
 mod targets;
+pub mod value_prefix;
 
 pub use batch::{Batch, PositionId};
 pub use buffer::ReplayBuffer;

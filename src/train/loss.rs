@@ -1,7 +1,8 @@
 //! MuZero's K-step unrolled loss (Schrittwieser et al. 2020, appendix G).
 //!
-//! For k = 0..=K: value cross-entropy and reward cross-entropy (k >= 1) against two-hot targets
-//! on the categorical supports, and policy cross-entropy against the search policy. The
+//! For k = 0..=K: value cross-entropy and reward cross-entropy (k >= 1; with a value prefix,
+//! against the sums of the rewards since the last reset point) against two-hot targets on the
+//! categorical supports, and policy cross-entropy against the search policy. The
 //! gradient entering the dynamics is scaled by 1/2, the losses of steps k >= 1 by 1/K, and each
 //! sample by its importance weight. Reduced in f32.
 //!
@@ -15,6 +16,7 @@ use candle_core::{DType, Tensor};
 
 use crate::network::fused::soft_cross_entropy;
 use crate::network::layers::scale_gradient;
+use crate::network::value_prefix::is_reset;
 use crate::network::{MuZeroNetwork, NetworkError};
 use crate::replay::Batch;
 
@@ -121,7 +123,14 @@ pub fn unrolled_loss_with(
     let vs = spec.value_support.size();
     let rs = spec.reward_support.size();
     let value_probs = spec.value_support.scalars_to_probs(target_values);
-    let reward_probs = spec.reward_support.scalars_to_probs(&batch.target_rewards);
+    // With a value prefix the reward head learns the sums of the rewards since the last
+    // reset point of the unroll (see `crate::network::value_prefix`).
+    let reward_probs = if network.has_value_prefix() {
+        let prefixes = batch.value_prefix_targets(spec.value_prefix_horizon);
+        spec.reward_support.scalars_to_probs(&prefixes)
+    } else {
+        spec.reward_support.scalars_to_probs(&batch.target_rewards)
+    };
     let per_step = |data: &[f32], n: usize| {
         Tensor::from_vec(step_major(data, b, steps, n), (steps * b, n), device)
     };
@@ -167,10 +176,19 @@ pub fn unrolled_loss_with(
     let mut latents = Vec::with_capacity(steps);
     let mut reward_logits = Vec::with_capacity(k_steps);
     latents.push(latent.clone());
+    let mut prefix_state = None;
     for k in 1..steps {
         let actions: Vec<usize> = (0..b).map(|i| batch.actions[i * k_steps + k - 1]).collect();
         let one_hot = network.action_tensor(&actions)?;
-        let (next, reward) = network.dynamics(&scale_gradient(&latent, 0.5)?, &one_hot)?;
+        if is_reset(k - 1, spec.value_prefix_horizon) {
+            prefix_state = None;
+        }
+        let (next, reward, state) = network.dynamics_step(
+            &scale_gradient(&latent, 0.5)?,
+            &one_hot,
+            prefix_state.as_ref(),
+        )?;
+        prefix_state = state;
         latent = next;
         latents.push(latent.clone());
         reward_logits.push(reward);
@@ -401,6 +419,116 @@ mod tests {
         assert!(last < first - 0.2, "consistency loss {first} -> {last}");
     }
 
+    /// A spec with EfficientZero's value prefix, resetting every `horizon` steps.
+    fn with_value_prefix(spec: NetworkSpec, horizon: usize) -> NetworkSpec {
+        NetworkSpec {
+            value_prefix_dim: 6,
+            value_prefix_horizon: horizon,
+            ..spec
+        }
+    }
+
+    /// With a horizon of 2 and K = 3 the LSTM carries its state from step 1 to step 2, so its
+    /// recurrent weights get a gradient too.
+    #[test]
+    fn the_value_prefix_gives_every_parameter_a_gradient_mlp_and_conv() {
+        all_parameters_get_gradients(with_value_prefix(spec(), 2), buffer(1), 0.0);
+        let conv = NetworkSpec {
+            observation_shape: vec![2, 3, 4],
+            ..with_value_prefix(spec(), 0)
+        };
+        all_parameters_get_gradients(conv, buffer_with(11, 24), 0.0);
+    }
+
+    #[test]
+    fn the_value_prefix_loss_falls_on_a_fixed_batch() {
+        loss_falls_in(with_value_prefix(spec(), 2), DType::F32);
+    }
+
+    /// The reward part of the loss is the cross-entropy against the prefix targets: computed
+    /// here step by step from the network's own dynamics, resetting the state at depth 2.
+    #[test]
+    fn the_value_prefix_head_is_trained_on_sums_of_rewards() {
+        let net =
+            MuZeroNetwork::new(with_value_prefix(spec(), 2), 5, &Device::Cpu, DType::F32).unwrap();
+        let batch = buffer(3)
+            .sample(8, &mut rand::rngs::StdRng::seed_from_u64(1))
+            .unwrap();
+        // The reward head's last layer starts at zero (uniform logits, whatever the targets):
+        // a few updates first.
+        let named = net
+            .params()
+            .named()
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect();
+        let mut opt = crate::train::optimizer::AdamW::new(
+            named,
+            crate::train::optimizer::AdamWConfig {
+                learning_rate: 1e-2,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+                weight_decay: 0.0,
+                max_grad_norm: 0.0,
+            },
+        )
+        .unwrap();
+        for _ in 0..5 {
+            let loss = unrolled_loss(&net, &batch, &batch.target_values, 0.25).unwrap();
+            opt.step(&loss.total.backward().unwrap(), 1e-2).unwrap();
+        }
+        let values = unrolled_loss(&net, &batch, &batch.target_values, 0.25)
+            .unwrap()
+            .read(&net, &[])
+            .unwrap();
+        let (b, k_steps) = (batch.batch_size, batch.num_unroll_steps);
+        let steps = k_steps + 1;
+        let prefixes = batch.value_prefix_targets(2);
+        assert_ne!(
+            prefixes, batch.target_rewards,
+            "a batch where the two differ"
+        );
+        let support = &net.spec().reward_support;
+        let mut latent = net
+            .represent(&net.observation_tensor(&batch.observations).unwrap())
+            .unwrap();
+        let mut state = None;
+        let mut expected = 0.0f32;
+        for k in 1..steps {
+            let actions: Vec<usize> = (0..b).map(|i| batch.actions[i * k_steps + k - 1]).collect();
+            if k - 1 == 2 {
+                state = None;
+            }
+            let (next, logits, s) = net
+                .dynamics_step(
+                    &latent,
+                    &net.action_tensor(&actions).unwrap(),
+                    state.as_ref(),
+                )
+                .unwrap();
+            let logits = logits.to_vec2::<f32>().unwrap();
+            for i in 0..b {
+                let target = support.scalars_to_probs(&[prefixes[i * steps + k]]);
+                let row = &logits[i];
+                let max = row.iter().cloned().fold(f32::MIN, f32::max);
+                let log_sum = row.iter().map(|x| (x - max).exp()).sum::<f32>().ln() + max;
+                let ce: f32 = target
+                    .iter()
+                    .zip(row)
+                    .map(|(t, x)| -t * (x - log_sum))
+                    .sum();
+                expected += ce * batch.value_mask[i * steps + k] / (k_steps * b) as f32;
+            }
+            latent = next;
+            state = s;
+        }
+        assert!(
+            (values.reward - expected).abs() < 1e-4,
+            "reward loss {} against {expected} by hand",
+            values.reward
+        );
+    }
+
     #[test]
     fn conv_network_parameters_all_receive_gradients() {
         let conv = NetworkSpec {
@@ -469,17 +597,17 @@ mod tests {
 
     #[test]
     fn loss_falls_on_a_fixed_batch() {
-        loss_falls_in(DType::F32);
+        loss_falls_in(spec(), DType::F32);
     }
 
     #[test]
     fn loss_falls_on_a_fixed_batch_in_bf16() {
-        loss_falls_in(DType::BF16);
+        loss_falls_in(spec(), DType::BF16);
     }
 
-    fn loss_falls_in(dtype: DType) {
+    fn loss_falls_in(spec: NetworkSpec, dtype: DType) {
         use crate::train::optimizer::{AdamW, AdamWConfig};
-        let net = MuZeroNetwork::new(spec(), 4, &Device::Cpu, dtype).unwrap();
+        let net = MuZeroNetwork::new(spec, 4, &Device::Cpu, dtype).unwrap();
         let replay = buffer(5);
         let mut rng = rand::rngs::StdRng::seed_from_u64(6);
         let batch = replay.sample(32, &mut rng).unwrap();
