@@ -1,4 +1,6 @@
-//! Load a trained CartPole agent and play episodes with `Agent::select_action`.
+//! Load a trained CartPole agent and play episodes with `Agent::select_action`, and say how
+//! each episode ended: the time limit, the pole falling past 12 degrees, or the cart leaving
+//! the track (|x| > 2.4), with the last observation.
 //!
 //! ```sh
 //! cargo run --release -- train                     # writes checkpoints/<run-name>/
@@ -29,7 +31,16 @@ fn main() -> anyhow::Result<()> {
                 break;
             }
         }
-        println!("episode {episode}: return {total}");
+        // CartPole's observation: cart position, cart velocity, pole angle, pole velocity.
+        let (x, angle) = (observation[0], observation[2]);
+        let ending = if x.abs() > 2.4 {
+            "the cart left the track"
+        } else if angle.abs() > 12f32.to_radians() {
+            "the pole fell"
+        } else {
+            "the time limit"
+        };
+        println!("episode {episode}: return {total}, ended by {ending} (x {x:.2}, angle {angle:.3} rad)");
     }
     Ok(())
 }
