@@ -40,7 +40,9 @@ fn main() -> anyhow::Result<()> {
         } else {
             "the time limit"
         };
-        println!("episode {episode}: return {total}, ended by {ending} (x {x:.2}, angle {angle:.3} rad)");
+        println!(
+            "episode {episode}: return {total}, ended by {ending} (x {x:.2}, angle {angle:.3} rad)"
+        );
     }
     Ok(())
 }

@@ -71,6 +71,7 @@ pub fn search_config(config: &Config, env: &EnvInfo) -> SearchConfig {
                 max_considered_actions: m.max_considered_actions,
                 c_visit: m.gumbel_c_visit as f32,
                 c_scale: m.gumbel_c_scale as f32,
+                noise_scale: m.gumbel_noise_scale as f32,
             }
         } else {
             SearchPolicy::Puct

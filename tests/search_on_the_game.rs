@@ -178,6 +178,7 @@ fn policies() -> Vec<(&'static str, SearchPolicy)> {
                 max_considered_actions: 9,
                 c_visit: 50.0,
                 c_scale: 1.0,
+                noise_scale: 1.0,
             },
         ),
     ]

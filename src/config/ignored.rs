@@ -87,6 +87,7 @@ impl Config {
             add("mcts.max_considered_actions", why.to_string());
             add("mcts.gumbel_c_visit", why.to_string());
             add("mcts.gumbel_c_scale", why.to_string());
+            add("mcts.gumbel_noise_scale", why.to_string());
         }
 
         let n = &self.network_architecture;

@@ -169,6 +169,9 @@ pub struct MctsConfig {
     pub max_considered_actions: usize,
     pub gumbel_c_visit: f64,
     pub gumbel_c_scale: f64,
+    /// Scale of the root's Gumbel noise in self-play (1: the paper's sampling; 0: always the
+    /// improved policy's best action).
+    pub gumbel_noise_scale: f64,
     /// Visit-count temperature: `[[progress, temperature], ...]`, progress in [0, 1] of the
     /// training budget, sorted; the last entry whose progress has been reached applies.
     pub temperature_schedule: Vec<(f64, f64)>,

@@ -96,6 +96,7 @@ impl Config {
         at_least("mcts.max_considered_actions", m.max_considered_actions, 1)?;
         within("mcts.gumbel_c_visit", m.gumbel_c_visit, 0.0, 1e9)?;
         within("mcts.gumbel_c_scale", m.gumbel_c_scale, 0.0, 1e9)?;
+        within("mcts.gumbel_noise_scale", m.gumbel_noise_scale, 0.0, 100.0)?;
         if m.temperature_schedule.is_empty() {
             return Err(invalid(
                 "mcts.temperature_schedule",

@@ -411,6 +411,7 @@ mod tests {
                 max_considered_actions: 3,
                 c_visit: 50.0,
                 c_scale: 1.0,
+                noise_scale: 1.0,
             },
         ] {
             let run = |mut model: SearchModel| {
@@ -447,6 +448,7 @@ mod tests {
             max_considered_actions: 3,
             c_visit: 50.0,
             c_scale: 1.0,
+            noise_scale: 1.0,
         });
         let mut rng = rand::rngs::StdRng::seed_from_u64(1);
         for on_tensors in [false, true] {
@@ -529,6 +531,7 @@ mod tests {
                     max_considered_actions: 3,
                     c_visit: 50.0,
                     c_scale: 1.0,
+                    noise_scale: 1.0,
                 },
             ] {
                 let mut model = SearchModel::new(&net);

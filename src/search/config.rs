@@ -27,17 +27,22 @@ pub enum SearchPolicy {
         max_considered_actions: usize,
         c_visit: f32,
         c_scale: f32,
+        /// Scale of the root's Gumbel noise when it is added (self-play): 1 samples actions
+        /// as the paper does, below 1 plays closer to the improved policy's best action, 0
+        /// deterministically (mctx's `gumbel_scale`). Policy targets do not depend on it.
+        noise_scale: f32,
     },
 }
 
 impl SearchPolicy {
     /// Gumbel MuZero with the paper's defaults: 16 considered actions, `c_visit = 50`,
-    /// `c_scale = 1`.
+    /// `c_scale = 1`, noise scale 1.
     pub fn default_gumbel() -> Self {
         SearchPolicy::Gumbel {
             max_considered_actions: gumbel::DEFAULT_MAX_CONSIDERED_ACTIONS,
             c_visit: gumbel::DEFAULT_C_VISIT,
             c_scale: gumbel::DEFAULT_C_SCALE,
+            noise_scale: 1.0,
         }
     }
 }
@@ -119,6 +124,7 @@ impl SearchConfig {
                 max_considered_actions,
                 c_visit,
                 c_scale,
+                noise_scale,
             } => {
                 if max_considered_actions == 0 {
                     return bad("max_considered_actions must be at least 1".into());
@@ -128,6 +134,11 @@ impl SearchConfig {
                 }
                 if !(c_scale.is_finite() && c_scale >= 0.0) {
                     return bad(format!("c_scale must be finite and >= 0, got {c_scale}"));
+                }
+                if !(noise_scale.is_finite() && noise_scale >= 0.0) {
+                    return bad(format!(
+                        "noise_scale must be finite and >= 0, got {noise_scale}"
+                    ));
                 }
             }
         }
@@ -215,16 +226,24 @@ pub(super) mod tests {
         rejected(bad_fraction, true, "exploration_fraction");
         let gumbel_no_alpha = with(|c| c.dirichlet_alpha = 0.0, &gumbel);
         assert!(gumbel_no_alpha.validate(true).is_ok());
-        let gumbel_with = |m: usize, c_visit: f32, c_scale: f32| SearchConfig {
+        let gumbel_with = |m: usize, c_visit: f32, c_scale: f32, noise_scale: f32| SearchConfig {
             policy: SearchPolicy::Gumbel {
                 max_considered_actions: m,
                 c_visit,
                 c_scale,
+                noise_scale,
             },
             ..gumbel.clone()
         };
-        rejected(gumbel_with(0, 50.0, 1.0), false, "max_considered_actions");
-        rejected(gumbel_with(16, -1.0, 1.0), false, "c_visit");
-        rejected(gumbel_with(16, 50.0, f32::INFINITY), true, "c_scale");
+        rejected(
+            gumbel_with(0, 50.0, 1.0, 1.0),
+            false,
+            "max_considered_actions",
+        );
+        rejected(gumbel_with(16, -1.0, 1.0, 1.0), false, "c_visit");
+        rejected(gumbel_with(16, 50.0, f32::INFINITY, 1.0), true, "c_scale");
+        rejected(gumbel_with(16, 50.0, 1.0, -0.5), true, "noise_scale");
+        rejected(gumbel_with(16, 50.0, 1.0, f32::NAN), false, "noise_scale");
+        assert!(gumbel_with(16, 50.0, 1.0, 0.0).validate(true).is_ok());
     }
 }

@@ -315,10 +315,14 @@ impl Searcher {
                 }
                 SearchPolicy::Gumbel {
                     max_considered_actions,
+                    noise_scale,
                     ..
                 } => {
                     if add_noise {
                         gumbel::sample_gumbel(rng, &mut ts.gumbel);
+                        if noise_scale != 1.0 {
+                            ts.gumbel.iter_mut().for_each(|g| *g *= noise_scale);
+                        }
                     }
                     let num_legal = legal.iter().filter(|&&ok| ok).count();
                     let m = max_considered_actions.min(num_legal);

@@ -8,7 +8,7 @@ use rand::{Rng, SeedableRng};
 
 use super::config::tests::{gumbel_config, puct_config};
 use super::*;
-use crate::testing::models::{Bandit, Costly, DeadLogits, HashModel, Trap};
+use crate::testing::models::{Bandit, Costly, DeadLogits, HashModel, HashParams, Trap};
 
 #[test]
 fn puct_finds_the_bandit_arm() {
@@ -171,6 +171,7 @@ fn illegal_root_actions_are_never_visited_or_chosen() {
             max_considered_actions: 2,
             c_visit: 50.0,
             c_scale: 1.0,
+            noise_scale: 1.0,
         },
     ];
     for round in 0..60 {
@@ -326,4 +327,37 @@ fn searcher_reuse_is_identical_to_fresh_searches() {
             assert_eq!(reused, fresh);
         }
     }
+}
+
+/// The Gumbel noise scale: at 0 self-play's chosen actions and visits no longer depend on the
+/// noise (every seed plays the same), at 1 they do, and the policy targets stay a function
+/// of the search alone (at 0 they are equal across seeds too).
+#[test]
+fn a_gumbel_noise_scale_of_zero_makes_self_play_deterministic() {
+    let (batch, num_actions) = (8, 5);
+    let masks = vec![true; batch * num_actions];
+    let obs: Vec<f32> = (0..batch).map(|i| i as f32 * 0.37).collect();
+    let run = |noise_scale: f32, seed: u64| {
+        let config = SearchConfig {
+            policy: SearchPolicy::Gumbel {
+                max_considered_actions: 4,
+                c_visit: 50.0,
+                c_scale: 1.0,
+                noise_scale,
+            },
+            ..puct_config(16, 0.95)
+        };
+        let mut model = HashModel::new(num_actions, HashParams::UNIT_TESTS);
+        let mut rng = StdRng::seed_from_u64(seed);
+        run_search(&mut model, &config, &obs, batch, &masks, true, &mut rng).unwrap()
+    };
+    let (a, b) = (run(0.0, 1), run(0.0, 2));
+    assert_eq!(a.gumbel_actions, b.gumbel_actions);
+    assert_eq!(a.visit_counts, b.visit_counts);
+    assert_eq!(a.policy_targets, b.policy_targets);
+    let (c, d) = (run(1.0, 1), run(1.0, 2));
+    assert_ne!(
+        c.gumbel_actions, d.gumbel_actions,
+        "noise at scale 1 moves the actions"
+    );
 }
