@@ -50,6 +50,12 @@ pub fn network_spec(config: &Config, env: &EnvInfo) -> NetworkSpec {
         } else {
             0
         },
+        observation_scale: config
+            .environment
+            .observation_scale
+            .iter()
+            .map(|&s| s as f32)
+            .collect(),
         value_prefix_dim: n.value_prefix_dim,
         value_prefix_horizon: n.value_prefix_horizon,
     }

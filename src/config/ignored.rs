@@ -25,6 +25,7 @@ pub const BENCHMARK_READS: &[&str] = &[
     "environment.env_name",
     "environment.action_space_size",
     "environment.observation_shape",
+    "environment.observation_scale",
     "training.batch_size",
     "training.learning_rate",
     "training.weight_decay",

@@ -235,6 +235,26 @@ mod tests {
         assert_eq!(c.mcts.temperature_schedule, vec![(0.0, 0.5)]);
     }
 
+    /// One multiplier per observation value, each finite and non-zero; a bad list names the
+    /// key and what is wrong.
+    #[test]
+    fn an_observation_scale_must_fit_the_environment() {
+        let ok = load_with(sets(&["environment.observation_scale=[1, 1, 10, 1]"])).unwrap();
+        assert_eq!(ok.environment.observation_scale, vec![1.0, 1.0, 10.0, 1.0]);
+        let short = error_text(load_with(sets(&["environment.observation_scale=[1, 10]"])));
+        assert!(
+            short.contains("environment.observation_scale") && short.contains("4"),
+            "{short}"
+        );
+        let zero = error_text(load_with(sets(&[
+            "environment.observation_scale=[1, 0, 1, 1]",
+        ])));
+        assert!(
+            zero.contains("environment.observation_scale") && zero.contains("non-zero"),
+            "{zero}"
+        );
+    }
+
     #[test]
     fn unknown_key_is_named() {
         let text = error_text(load_with(sets(&["training.batch_sise=3"])));

@@ -189,6 +189,9 @@ pub struct EnvironmentConfig {
     pub observation_shape: Option<Vec<usize>>,
     /// Environments stepped in parallel (and searched in one batch) by each actor.
     pub num_envs: usize,
+    /// Fixed per-feature multipliers of the observations, applied at the network's input
+    /// (empty: none). One per value of a flattened observation; stored observations stay raw.
+    pub observation_scale: Vec<f64>,
 }
 
 /// "Self-Play".

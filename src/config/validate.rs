@@ -154,6 +154,30 @@ impl Config {
             }
         }
 
+        if !e.observation_scale.is_empty() {
+            let per: usize = env.observation_space().shape().iter().product();
+            if e.observation_scale.len() != per {
+                return Err(invalid(
+                    "environment.observation_scale",
+                    format!(
+                        "{} values for {}, whose observations have {per} (one per value, or [] for none)",
+                        e.observation_scale.len(),
+                        e.env_name
+                    ),
+                ));
+            }
+            if let Some(bad) = e
+                .observation_scale
+                .iter()
+                .find(|s| !(s.is_finite() && **s != 0.0))
+            {
+                return Err(invalid(
+                    "environment.observation_scale",
+                    format!("{bad} is not a finite, non-zero multiplier"),
+                ));
+            }
+        }
+
         if n.network_type == NetworkType::Conv && env.observation_space().shape().len() != 3 {
             return Err(invalid(
                 "network_architecture.network_type",

@@ -272,6 +272,8 @@ pub struct HostMlp {
     latent_dim: usize,
     num_actions: usize,
     obs_len: usize,
+    /// [`NetworkSpec::observation_scale`].
+    observation_scale: Vec<f32>,
     representation: (HostTrunk, HostLinear),
     /// Dynamics: trunk, then `latent_out` and `reward_hidden` as one layer, then `reward_out`.
     dynamics: (HostTrunk, HostLinear, HostLinear),
@@ -350,6 +352,7 @@ impl HostMlp {
             latent_dim: spec.latent_dim,
             num_actions: spec.num_actions,
             obs_len: spec.obs_len(),
+            observation_scale: spec.observation_scale.clone(),
             representation: (
                 HostTrunk::load(&w, "representation.trunk", blocks)?,
                 HostLinear::load(&w, "representation.out")?,
@@ -441,8 +444,9 @@ impl HostMlp {
     pub fn represent(&self, observations: &[f32]) -> Vec<f32> {
         let batch = observations.len() / self.obs_len.max(1);
         let (trunk, out) = &self.representation;
+        let observations = super::scale_observations(&self.observation_scale, observations);
         let mut h = Vec::new();
-        trunk.forward(observations, batch, &mut h, &mut Scratch::default());
+        trunk.forward(&observations, batch, &mut h, &mut Scratch::default());
         let mut latent = Vec::new();
         out.forward(&h, batch, &mut latent);
         min_max_scale(&mut latent, self.latent_dim);
@@ -544,6 +548,7 @@ mod tests {
             value_support: Support::symmetric(4),
             reward_support: Support::symmetric(2),
             projection_dim: 0,
+            observation_scale: Vec::new(),
             value_prefix_dim: 0,
             value_prefix_horizon: 0,
         }

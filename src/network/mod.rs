@@ -16,6 +16,7 @@ pub mod projection;
 pub mod search_model;
 pub mod value_prefix;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use crate::config::ModelDtype;
@@ -77,6 +78,10 @@ pub struct NetworkSpec {
     /// no heads; see [`projection`]).
     #[serde(default)]
     pub projection_dim: usize,
+    /// Fixed multipliers of the observation's values at the network's input (empty: none;
+    /// else one per value). Part of the network, so every caller passes raw observations.
+    #[serde(default)]
+    pub observation_scale: Vec<f32>,
     /// Width of the value prefix's LSTM (0: the dynamics predicts each transition's reward;
     /// see [`value_prefix`]).
     #[serde(default)]
@@ -112,6 +117,11 @@ impl NetworkSpec {
         }
     }
 
+    /// `observations` (`[B * obs_len]`) times [`Self::observation_scale`], or as they are.
+    pub fn scale_observations<'o>(&self, observations: &'o [f32]) -> Cow<'o, [f32]> {
+        scale_observations(&self.observation_scale, observations)
+    }
+
     /// Width of the dynamics' reward features, what the reward head (or, with a value prefix,
     /// its LSTM) reads: the trunk's output for the MLP, the flattened reward plane `H * W` for
     /// the conv net.
@@ -132,6 +142,21 @@ impl NetworkSpec {
             self.reward_features_dim()
         }
     }
+}
+
+/// `observations` (`[B * obs_len]`) times `scale` (one multiplier per value of an
+/// observation), or as they are when `scale` is empty.
+pub fn scale_observations<'o>(scale: &[f32], observations: &'o [f32]) -> Cow<'o, [f32]> {
+    if scale.is_empty() {
+        return Cow::Borrowed(observations);
+    }
+    Cow::Owned(
+        observations
+            .iter()
+            .zip(scale.iter().cycle())
+            .map(|(x, s)| x * s)
+            .collect(),
+    )
 }
 
 /// The three networks, in the architecture the observations call for.
@@ -295,7 +320,8 @@ impl MuZeroNetwork {
         } else {
             shape.push(per);
         }
-        Ok(Tensor::from_slice(observations, shape, self.device())?.to_dtype(self.dtype)?)
+        let scaled = self.spec.scale_observations(observations);
+        Ok(Tensor::from_slice(&scaled, shape, self.device())?.to_dtype(self.dtype)?)
     }
 
     /// One-hot actions in the compute dtype, `[B, A]`.

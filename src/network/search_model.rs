@@ -379,6 +379,7 @@ mod tests {
             value_support: Support::symmetric(4),
             reward_support: Support::symmetric(2),
             projection_dim: 0,
+            observation_scale: Vec::new(),
             value_prefix_dim: 0,
             value_prefix_horizon: 0,
         }
@@ -710,6 +711,50 @@ mod tests {
             want.iter().any(|&r| (r - p1).abs() > 1e-3),
             "the prefixes differ along the path"
         );
+    }
+
+    /// A network with an observation scale sees raw observations as the same network without
+    /// one sees scaled observations, on the host and on tensors.
+    #[test]
+    fn the_observation_scale_is_part_of_the_network_on_both_paths() {
+        let scale = vec![1.0, 10.0, 0.5, 1.0, -2.0];
+        let plain = MuZeroNetwork::new(spec(vec![5]), 6, &Device::Cpu, DType::F32).unwrap();
+        let scaled = MuZeroNetwork::from_tensors(
+            NetworkSpec {
+                observation_scale: scale.clone(),
+                ..spec(vec![5])
+            },
+            plain.params().to_tensors().unwrap(),
+            &Device::Cpu,
+            DType::F32,
+        )
+        .unwrap();
+        let batch = 3;
+        let raw: Vec<f32> = (0..batch * 5).map(|i| (i as f32 * 0.41).sin()).collect();
+        let by_hand: Vec<f32> = raw
+            .iter()
+            .enumerate()
+            .map(|(i, x)| x * scale[i % 5])
+            .collect();
+        for on_host in [true, false] {
+            let model = |net| {
+                if on_host {
+                    SearchModel::new(net)
+                } else {
+                    SearchModel::on_tensors(net)
+                }
+            };
+            let a = model(&scaled).initial_inference(&raw, batch, 2).unwrap();
+            let b = model(&plain).initial_inference(&by_hand, batch, 2).unwrap();
+            let c = model(&plain).initial_inference(&raw, batch, 2).unwrap();
+            for (x, y) in a.policy_logits.iter().zip(&b.policy_logits) {
+                assert!((x - y).abs() < 1e-5, "host {on_host}: {x} vs {y}");
+            }
+            assert_ne!(
+                a.policy_logits, c.policy_logits,
+                "the scale changes the input"
+            );
+        }
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub fn tiny_spec(observation_shape: Vec<usize>, num_actions: usize) -> NetworkSp
         value_support: Support::symmetric(5),
         reward_support: Support::symmetric(2),
         projection_dim: 0,
+        observation_scale: Vec::new(),
         value_prefix_dim: 0,
         value_prefix_horizon: 0,
     }

@@ -736,7 +736,8 @@ fn rows_loss(
                 loss.dlogits
             };
         if k == 0 {
-            latents.push(nets.represent(batch.observations.clone(), b));
+            let observations = spec.scale_observations(&batch.observations).into_owned();
+            latents.push(nets.represent(observations, b));
         } else {
             let actions: Vec<usize> = (0..b).map(|i| batch.actions[i * k_steps + k - 1]).collect();
             let (trace, reward) = nets.dynamics(&latents[k - 1].latent, &actions)?;
@@ -985,6 +986,54 @@ mod tests {
                 num_actions: 2
             }
         ));
+    }
+
+    /// With an observation scale, the host loss of raw observations is the loss of the same
+    /// network without the scale on scaled observations (values and every gradient), and the
+    /// tensor loss agrees.
+    #[test]
+    fn the_observation_scale_reaches_the_host_loss() {
+        let scale = vec![2.0, -0.5, 10.0, 1.0];
+        let plain_spec = crate::testing::specs::tiny_spec(vec![4], 2);
+        let plain = MuZeroNetwork::new(plain_spec.clone(), 5, &Device::Cpu, DType::F32).unwrap();
+        let scaled = MuZeroNetwork::from_tensors(
+            NetworkSpec {
+                observation_scale: scale.clone(),
+                ..plain_spec
+            },
+            plain.params().to_tensors().unwrap(),
+            &Device::Cpu,
+            DType::F32,
+        )
+        .unwrap();
+        let batch = crate::testing::learner::replay()
+            .sample(8, &mut rand::rngs::StdRng::seed_from_u64(3))
+            .unwrap();
+        let mut by_hand = batch.clone();
+        for (i, x) in by_hand.observations.iter_mut().enumerate() {
+            *x *= scale[i % 4];
+        }
+        let a = host_unrolled_loss(&scaled, &batch, &batch.target_values, 0.25).unwrap();
+        let b = host_unrolled_loss(&plain, &by_hand, &batch.target_values, 0.25).unwrap();
+        assert!((a.values.total - b.values.total).abs() < 1e-6);
+        for (ga, gb) in a.gradients.iter().zip(&b.gradients) {
+            let (ga, gb) = (ga.as_ref().unwrap(), gb.as_ref().unwrap());
+            let diff = (ga - gb).unwrap().abs().unwrap().max_all().unwrap();
+            assert!(diff.to_scalar::<f32>().unwrap() < 1e-6);
+        }
+        let tensors =
+            crate::train::loss::unrolled_loss(&scaled, &batch, &batch.target_values, 0.25)
+                .unwrap()
+                .total
+                .to_scalar::<f32>()
+                .unwrap();
+        assert!(
+            (a.values.total - tensors).abs() < 1e-4,
+            "{} vs {tensors}",
+            a.values.total
+        );
+        let unscaled = host_unrolled_loss(&plain, &batch, &batch.target_values, 0.25).unwrap();
+        assert!((unscaled.values.total - a.values.total).abs() > 1e-4);
     }
 
     #[test]
