@@ -445,6 +445,12 @@ mod tests {
         loss_falls_in(with_value_prefix(spec(), 2), DType::F32);
     }
 
+    /// bf16 compute (CUDA's default) through the LSTM's gates and state.
+    #[test]
+    fn the_value_prefix_loss_falls_on_a_fixed_batch_in_bf16() {
+        loss_falls_in(with_value_prefix(spec(), 2), DType::BF16);
+    }
+
     /// The reward part of the loss is the cross-entropy against the prefix targets: computed
     /// here step by step from the network's own dynamics, resetting the state at depth 2.
     #[test]
