@@ -4,7 +4,7 @@
 use candle_core::{DType, Tensor};
 
 use super::fused::relu;
-use super::layers::{cast, min_max_scale, scale_and_shift, standardize, Linear};
+use super::layers::{cast, min_max_scale, scale_and_shift, standardize, Head, Linear};
 use super::params::ParamBuilder;
 use super::{NetworkError, NetworkSpec};
 
@@ -175,8 +175,7 @@ impl ConvRepresentation {
 pub struct ConvDynamics {
     trunk: ConvTrunk,
     reward_conv: Conv2d,
-    reward_hidden: Linear,
-    reward_out: Linear,
+    reward: Head,
     board: (usize, usize),
 }
 
@@ -187,26 +186,18 @@ impl ConvDynamics {
         pb.push("dynamics");
         let trunk = ConvTrunk::new(pb, "trunk", ch + spec.num_actions, ch, spec.num_blocks);
         let reward_conv = Conv2d::new(pb, "reward_conv", ch, 1, 1);
-        let reward_hidden = Linear::new(
+        let reward = Head::new(
             pb,
-            "reward_hidden",
+            "reward",
             spec.reward_head_input_dim(),
             spec.hidden_dim,
-            false,
-        );
-        let reward_out = Linear::new(
-            pb,
-            "reward_out",
-            spec.hidden_dim,
             spec.reward_support.size(),
-            true,
         );
         pb.pop();
         Ok(Self {
             trunk: trunk?,
             reward_conv: reward_conv?,
-            reward_hidden: reward_hidden?,
-            reward_out: reward_out?,
+            reward: reward?,
             board: (h, w),
         })
     }
@@ -244,8 +235,7 @@ impl ConvDynamics {
 
     /// Reward (or value prefix) logits of `[B, reward_head_input_dim]` features.
     pub fn reward_head(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        self.reward_out
-            .forward(&relu(&self.reward_hidden.forward(x)?)?)
+        self.reward.forward(x)
     }
 }
 
@@ -256,8 +246,7 @@ pub struct ConvPrediction {
     policy_conv: Conv2d,
     policy_out: Linear,
     value_conv: Conv2d,
-    value_hidden: Linear,
-    value_out: Linear,
+    value: Head,
 }
 
 impl ConvPrediction {
@@ -271,13 +260,12 @@ impl ConvPrediction {
         let policy_conv = Conv2d::new(pb, "policy_conv", ch, 2, 1);
         let policy_out = Linear::new(pb, "policy_out", 2 * h * w, spec.num_actions, false);
         let value_conv = Conv2d::new(pb, "value_conv", ch, 1, 1);
-        let value_hidden = Linear::new(pb, "value_hidden", h * w, spec.hidden_dim, false);
-        let value_out = Linear::new(
+        let value = Head::new(
             pb,
-            "value_out",
+            "value",
+            h * w,
             spec.hidden_dim,
             spec.value_support.size(),
-            true,
         );
         pb.pop();
         Ok(Self {
@@ -285,8 +273,7 @@ impl ConvPrediction {
             policy_conv: policy_conv?,
             policy_out: policy_out?,
             value_conv: value_conv?,
-            value_hidden: value_hidden?,
-            value_out: value_out?,
+            value: value?,
         })
     }
 
@@ -298,9 +285,7 @@ impl ConvPrediction {
         let p = relu(&self.policy_conv.forward(&h)?)?.flatten_from(1)?;
         let policy = self.policy_out.forward(&p)?;
         let v = relu(&self.value_conv.forward(&h)?)?.flatten_from(1)?;
-        let value = self
-            .value_out
-            .forward(&relu(&self.value_hidden.forward(&v)?)?)?;
+        let value = self.value.forward(&v)?;
         Ok((policy, value))
     }
 }

@@ -117,6 +117,37 @@ impl Linear {
     }
 }
 
+/// An output head, `out(relu(hidden(x)))`, as the value and reward heads are: parameters
+/// `{name}_hidden` and `{name}_out`, the last layer starting at zero.
+#[derive(Clone, Debug)]
+pub struct Head {
+    pub hidden: Linear,
+    pub out: Linear,
+}
+
+impl Head {
+    pub fn new(
+        pb: &mut ParamBuilder,
+        name: &str,
+        input: usize,
+        hidden: usize,
+        output: usize,
+    ) -> Result<Self, NetworkError> {
+        let first = Linear::new(pb, &format!("{name}_hidden"), input, hidden, false);
+        let out = Linear::new(pb, &format!("{name}_out"), hidden, output, true);
+        Ok(Self {
+            hidden: first?,
+            out: out?,
+        })
+    }
+
+    /// # Shapes
+    /// `x`: `[B, input]` -> `[B, output]`, in `x`'s dtype.
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        self.out.forward(&fused::relu(&self.hidden.forward(x)?)?)
+    }
+}
+
 /// `(x - mean) / sqrt(var + eps)` over the last dimension, in f32 (plain ops, so it has a
 /// backward pass; candle's fused layer norm does not).
 pub fn standardize(x: &Tensor, eps: f64) -> candle_core::Result<Tensor> {

@@ -3,8 +3,7 @@
 
 use candle_core::Tensor;
 
-use super::fused::relu;
-use super::layers::{min_max_scale, Linear, Trunk};
+use super::layers::{min_max_scale, Head, Linear, Trunk};
 use super::params::ParamBuilder;
 use super::{NetworkError, NetworkSpec};
 
@@ -45,10 +44,9 @@ impl Representation {
 pub struct Dynamics {
     trunk: Trunk,
     latent_out: Linear,
-    reward_hidden: Linear,
-    reward_out: Linear,
-    /// Inference copies: `latent_out` and `reward_hidden` as one layer (they read the same
-    /// input), and the trunk's first bias folded into its action rows.
+    reward: Head,
+    /// Inference copies: `latent_out` and the reward head's hidden layer as one layer (they
+    /// read the same input), and the trunk's first bias folded into its action rows.
     fused: Option<Linear>,
 }
 
@@ -63,27 +61,20 @@ impl Dynamics {
             spec.num_blocks,
         );
         let latent_out = Linear::new(pb, "latent_out", spec.hidden_dim, spec.latent_dim, false);
-        let reward_hidden = Linear::new(
+        let reward = Head::new(
             pb,
-            "reward_hidden",
+            "reward",
             spec.reward_head_input_dim(),
             spec.hidden_dim,
-            false,
-        );
-        let reward_out = Linear::new(
-            pb,
-            "reward_out",
-            spec.hidden_dim,
             spec.reward_support.size(),
-            true,
         );
         pb.pop();
-        let (mut trunk, latent_out, reward_hidden) = (trunk?, latent_out?, reward_hidden?);
+        let (mut trunk, latent_out, reward) = (trunk?, latent_out?, reward?);
         let fused = if pb.is_frozen() {
             trunk.fold_input_bias_into_rows(spec.latent_dim)?;
             // With a value prefix the reward head reads the LSTM, not the trunk.
             (spec.value_prefix_dim == 0)
-                .then(|| Linear::concat_outputs(&latent_out, &reward_hidden))
+                .then(|| Linear::concat_outputs(&latent_out, &reward.hidden))
                 .transpose()?
         } else {
             None
@@ -91,8 +82,7 @@ impl Dynamics {
         Ok(Self {
             trunk,
             latent_out,
-            reward_hidden,
-            reward_out: reward_out?,
+            reward,
             fused,
         })
     }
@@ -105,20 +95,20 @@ impl Dynamics {
         latent: &Tensor,
         action_one_hot: &Tensor,
     ) -> candle_core::Result<(Tensor, Tensor)> {
-        let x = Tensor::cat(&[latent, action_one_hot], 1)?;
-        let h = self.trunk.forward(&x)?;
         if let Some(fused) = &self.fused {
-            let both = fused.forward(&h)?;
+            let x = Tensor::cat(&[latent, action_one_hot], 1)?;
+            let both = fused.forward(&self.trunk.forward(&x)?)?;
             let latent_dim = latent.dim(1)?;
             let hidden = both.dim(1)? - latent_dim;
             let next = min_max_scale(&both.narrow(1, 0, latent_dim)?)?;
             let reward = self
-                .reward_out
+                .reward
+                .out
                 .forward(&both.narrow(1, latent_dim, hidden)?.relu()?)?;
             return Ok((next, reward));
         }
-        let next = min_max_scale(&self.latent_out.forward(&h)?)?;
-        Ok((next, self.reward_head(&h)?))
+        let (next, h) = self.features(latent, action_one_hot)?;
+        Ok((next, self.reward.forward(&h)?))
     }
 
     /// The latent and the reward features (the trunk's output `[B, hidden_dim]`), without the
@@ -136,8 +126,7 @@ impl Dynamics {
 
     /// Reward (or value prefix) logits of `[B, reward_head_input_dim]` features.
     pub fn reward_head(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        self.reward_out
-            .forward(&relu(&self.reward_hidden.forward(x)?)?)
+        self.reward.forward(x)
     }
 }
 
@@ -146,9 +135,9 @@ impl Dynamics {
 pub struct Prediction {
     trunk: Trunk,
     policy_out: Linear,
-    value_hidden: Linear,
-    value_out: Linear,
-    /// Inference copies: `policy_out` and `value_hidden` as one layer (same input).
+    value: Head,
+    /// Inference copies: `policy_out` and the value head's hidden layer as one layer (same
+    /// input).
     fused: Option<Linear>,
 }
 
@@ -163,26 +152,24 @@ impl Prediction {
             spec.num_blocks,
         );
         let policy_out = Linear::new(pb, "policy_out", spec.hidden_dim, spec.num_actions, false);
-        let value_hidden = Linear::new(pb, "value_hidden", spec.hidden_dim, spec.hidden_dim, false);
-        let value_out = Linear::new(
+        let value = Head::new(
             pb,
-            "value_out",
+            "value",
+            spec.hidden_dim,
             spec.hidden_dim,
             spec.value_support.size(),
-            true,
         );
         pb.pop();
-        let (policy_out, value_hidden) = (policy_out?, value_hidden?);
+        let (policy_out, value) = (policy_out?, value?);
         let fused = if pb.is_frozen() {
-            Some(Linear::concat_outputs(&policy_out, &value_hidden)?)
+            Some(Linear::concat_outputs(&policy_out, &value.hidden)?)
         } else {
             None
         };
         Ok(Self {
             trunk: trunk?,
             policy_out,
-            value_hidden,
-            value_out: value_out?,
+            value,
             fused,
         })
     }
@@ -193,19 +180,15 @@ impl Prediction {
         let h = self.trunk.forward(latent)?;
         if let Some(fused) = &self.fused {
             let both = fused.forward(&h)?;
-            let actions = both.dim(1)? - self.value_hidden.outputs();
+            let hidden = self.value.hidden.outputs();
+            let actions = both.dim(1)? - hidden;
             let policy = both.narrow(1, 0, actions)?;
-            let value = self.value_out.forward(
-                &both
-                    .narrow(1, actions, self.value_hidden.outputs())?
-                    .relu()?,
-            )?;
+            let value = self
+                .value
+                .out
+                .forward(&both.narrow(1, actions, hidden)?.relu()?)?;
             return Ok((policy, value));
         }
-        let policy = self.policy_out.forward(&h)?;
-        let value = self
-            .value_out
-            .forward(&relu(&self.value_hidden.forward(&h)?)?)?;
-        Ok((policy, value))
+        Ok((self.policy_out.forward(&h)?, self.value.forward(&h)?))
     }
 }
