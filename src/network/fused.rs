@@ -745,7 +745,8 @@ mod tests {
         result
     }
 
-    /// Output and input gradients of `f` on f32 CPU inputs (the fused kernels).
+    /// Output and input gradients of `f` on CPU inputs (the fused kernels), computed in the
+    /// inputs' dtype and returned in f32.
     fn fused(
         f: impl Fn(&[Tensor]) -> Tensor,
         inputs: &[Tensor],
@@ -757,8 +758,8 @@ mod tests {
             .collect();
         let ts: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
         let out = f(&ts);
-        let mut result = vec![out.clone()];
-        let weights = random(out.dims(), 1.0, 99);
+        let mut result = vec![out.to_dtype(DType::F32).unwrap()];
+        let weights = random(out.dims(), 1.0, 99).to_dtype(out.dtype()).unwrap();
         let grads = (out * weights)
             .unwrap()
             .sum_all()
@@ -767,7 +768,7 @@ mod tests {
             .unwrap();
         for (v, &wanted) in vars.iter().zip(with_grad) {
             match grads.get(v.as_tensor()) {
-                Some(g) => result.push(g.clone()),
+                Some(g) => result.push(g.to_dtype(DType::F32).unwrap()),
                 None => {
                     assert!(!wanted, "no gradient reached an input");
                     result.push(v.as_tensor().zeros_like().unwrap());
@@ -882,39 +883,19 @@ mod tests {
         let half = |t: Tensor| t.to_dtype(DType::BF16).unwrap();
         let x = half(random(&[9, 5], 2.0, 7));
         let b = half(random(&[5], 1.0, 8));
-        // Output and every input's gradient in bf16, cast to f32 for comparison.
-        let run = |f: &dyn Fn(&[Tensor]) -> Tensor, inputs: &[Tensor]| {
-            let vars: Vec<Var> = inputs
-                .iter()
-                .map(|t| Var::from_tensor(t).unwrap())
-                .collect();
-            let ts: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
-            let out = f(&ts);
-            assert_eq!(out.dtype(), DType::BF16);
-            let weights = half(random(out.dims(), 1.0, 99));
-            let grads = (&out * weights)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
-            let mut result = vec![out.to_dtype(DType::F32).unwrap()];
-            for v in &vars {
-                let g = grads.get(v.as_tensor()).expect("a gradient");
-                result.push(g.to_dtype(DType::F32).unwrap());
-            }
-            result
-        };
+        // Output and every input's gradient computed in bf16 (cast to f32 for comparison).
         let bias = |t: &[Tensor]| add_bias(&t[0], &t[1]).unwrap();
         let inputs = [x.clone(), b];
-        let got = run(&bias, &inputs);
+        assert_eq!(bias(&inputs).dtype(), DType::BF16);
+        let got = fused(bias, &inputs, &[true, true]);
         let want = reference(bias, &inputs);
         for (i, what) in ["output", "dy", "db"].iter().enumerate() {
             // bf16 keeps 8 bits: a relative error of 2^-8 per rounding.
             close(&got[i], &want[i], 1e-2, what);
         }
         let r = |t: &[Tensor]| relu(&t[0]).unwrap();
-        let got = run(&r, std::slice::from_ref(&x));
+        assert_eq!(r(std::slice::from_ref(&x)).dtype(), DType::BF16);
+        let got = fused(r, std::slice::from_ref(&x), &[true]);
         let want = reference(r, &[x]);
         close(&got[0], &want[0], 1e-2, "relu output");
         close(&got[1], &want[1], 1e-2, "relu dx");

@@ -286,11 +286,33 @@ mod tests {
     use crate::network::NetworkSpec;
     use crate::replay::{ReplayBuffer, ReplayConfig};
     use crate::testing::games::RandomGame;
+    use crate::train::optimizer::{AdamW, AdamWConfig};
     use candle_core::Device;
     use rand::SeedableRng;
 
     fn spec() -> NetworkSpec {
         crate::testing::specs::tiny_spec(vec![4], 3)
+    }
+
+    /// AdamW over every parameter of `net`, without weight decay.
+    fn adamw(net: &MuZeroNetwork, learning_rate: f64, max_grad_norm: f64) -> AdamW {
+        let named = net
+            .params()
+            .named()
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect();
+        AdamW::new(
+            named,
+            AdamWConfig {
+                learning_rate,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+                weight_decay: 0.0,
+                max_grad_norm,
+            },
+        )
+        .unwrap()
     }
 
     /// A buffer of random games with non-trivial rewards, values and policies.
@@ -378,28 +400,11 @@ mod tests {
 
     #[test]
     fn the_consistency_loss_falls_on_a_fixed_batch() {
-        use crate::train::optimizer::{AdamW, AdamWConfig};
         let net = MuZeroNetwork::new(with_projection(spec()), 4, &Device::Cpu, DType::F32).unwrap();
         let batch = buffer(5)
             .sample(32, &mut rand::rngs::StdRng::seed_from_u64(6))
             .unwrap();
-        let named = net
-            .params()
-            .named()
-            .map(|(n, v)| (n.clone(), v.clone()))
-            .collect();
-        let mut opt = AdamW::new(
-            named,
-            AdamWConfig {
-                learning_rate: 3e-3,
-                beta1: 0.9,
-                beta2: 0.999,
-                eps: 1e-8,
-                weight_decay: 0.0,
-                max_grad_norm: 10.0,
-            },
-        )
-        .unwrap();
+        let mut opt = adamw(&net, 3e-3, 10.0);
         let weights = LossWeights {
             value: 0.25,
             consistency: 2.0,
@@ -462,23 +467,7 @@ mod tests {
             .unwrap();
         // The reward head's last layer starts at zero (uniform logits, whatever the targets):
         // a few updates first.
-        let named = net
-            .params()
-            .named()
-            .map(|(n, v)| (n.clone(), v.clone()))
-            .collect();
-        let mut opt = crate::train::optimizer::AdamW::new(
-            named,
-            crate::train::optimizer::AdamWConfig {
-                learning_rate: 1e-2,
-                beta1: 0.9,
-                beta2: 0.999,
-                eps: 1e-8,
-                weight_decay: 0.0,
-                max_grad_norm: 0.0,
-            },
-        )
-        .unwrap();
+        let mut opt = adamw(&net, 1e-2, 0.0);
         for _ in 0..5 {
             let loss = unrolled_loss(&net, &batch, &batch.target_values, 0.25).unwrap();
             opt.step(&loss.total.backward().unwrap(), 1e-2).unwrap();
@@ -556,23 +545,7 @@ mod tests {
         let batch = replay.sample(16, &mut rng).unwrap();
         // The last layers of the value and reward heads start at zero, so the layers before
         // them get no gradient until one update has moved those weights: take one step first.
-        let named = net
-            .params()
-            .named()
-            .map(|(n, v)| (n.clone(), v.clone()))
-            .collect();
-        let mut opt = crate::train::optimizer::AdamW::new(
-            named,
-            crate::train::optimizer::AdamWConfig {
-                learning_rate: 1e-3,
-                beta1: 0.9,
-                beta2: 0.999,
-                eps: 1e-8,
-                weight_decay: 0.0,
-                max_grad_norm: 0.0,
-            },
-        )
-        .unwrap();
+        let mut opt = adamw(&net, 1e-3, 0.0);
         let first = unrolled_loss_with(&net, &batch, &batch.target_values, &weights).unwrap();
         opt.step(&first.total.backward().unwrap(), 1e-3).unwrap();
         let loss = unrolled_loss_with(&net, &batch, &batch.target_values, &weights).unwrap();
@@ -612,28 +585,11 @@ mod tests {
     }
 
     fn loss_falls_in(spec: NetworkSpec, dtype: DType) {
-        use crate::train::optimizer::{AdamW, AdamWConfig};
         let net = MuZeroNetwork::new(spec, 4, &Device::Cpu, dtype).unwrap();
         let replay = buffer(5);
         let mut rng = rand::rngs::StdRng::seed_from_u64(6);
         let batch = replay.sample(32, &mut rng).unwrap();
-        let named = net
-            .params()
-            .named()
-            .map(|(n, v)| (n.clone(), v.clone()))
-            .collect();
-        let mut opt = AdamW::new(
-            named,
-            AdamWConfig {
-                learning_rate: 3e-3,
-                beta1: 0.9,
-                beta2: 0.999,
-                eps: 1e-8,
-                weight_decay: 0.0,
-                max_grad_norm: 10.0,
-            },
-        )
-        .unwrap();
+        let mut opt = adamw(&net, 3e-3, 10.0);
         let first = unrolled_loss(&net, &batch, &batch.target_values, 1.0).unwrap();
         let initial = first.total.to_scalar::<f32>().unwrap();
         let first_values = first.read(&net, &[]).unwrap();
