@@ -176,6 +176,17 @@ impl Environment for CartPole {
         )
     }
 
+    /// The left-right mirror image: every state value changes sign and the two pushes swap.
+    /// The equations are odd in `(x, x_dot, theta, theta_dot, force)`, and the bounds, the
+    /// reward and the reset distribution are symmetric about zero.
+    fn symmetries(&self) -> Vec<crate::Symmetry> {
+        vec![crate::Symmetry {
+            observation: vec![0, 1, 2, 3],
+            negate: vec![true; 4],
+            actions: vec![1, 0],
+        }]
+    }
+
     fn clone_box(&self) -> Box<dyn Environment> {
         Box::new(self.clone())
     }
@@ -257,5 +268,34 @@ mod tests {
         let r = env.render();
         assert_eq!(r.lines().next().unwrap().chars().nth(21), Some('#'));
         assert!(r.contains("theta=+5.73deg"), "{r}");
+    }
+
+    #[test]
+    fn the_mirror_image_commutes_with_the_dynamics() {
+        let symmetry = &CartPole::new().symmetries()[0];
+        let mut rng = StdRng::seed_from_u64(11);
+        let mut steps = 0;
+        for episode in 0..30 {
+            let mut plain = CartPole::with_seed(episode);
+            let mut mirrored = CartPole::new();
+            mirrored.set_state(plain.state().map(|v| -v));
+            loop {
+                let action = rng.random_range(0..2);
+                let x = plain.step(action).unwrap();
+                let y = mirrored.step(symmetry.actions[action]).unwrap();
+                steps += 1;
+                // Bit for bit: negation is exact and sin is odd in IEEE arithmetic.
+                assert_eq!(symmetry.apply_to_observation(&x.observation), y.observation);
+                assert_eq!(mirrored.state(), plain.state().map(|v| -v));
+                assert_eq!(
+                    (x.reward, x.terminated, x.truncated),
+                    (y.reward, y.terminated, y.truncated)
+                );
+                if x.terminated || x.truncated {
+                    break;
+                }
+            }
+        }
+        assert!(steps > 300, "{steps}");
     }
 }

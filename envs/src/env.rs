@@ -234,13 +234,16 @@ pub trait Environment: Send {
     }
 }
 
-/// A symmetry of a game, as permutations: the transformed observation is
-/// `new[i] = old[observation[i]]`, and action `a` becomes `actions[a]` (so a policy becomes
-/// `new[actions[a]] = old[a]`).
+/// A symmetry of a game, as a signed permutation: the transformed observation is
+/// `new[i] = old[observation[i]]`, negated where `negate[i]`, and action `a` becomes
+/// `actions[a]` (so a policy becomes `new[actions[a]] = old[a]`). A board's rotations and
+/// reflections only permute; a physical mirror (CartPole's left-right) also flips signs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Symmetry {
     /// `[observation length]`: where each transformed element comes from.
     pub observation: Vec<usize>,
+    /// `[observation length]`: whether each transformed element changes sign.
+    pub negate: Vec<bool>,
     /// `[number of actions]`: where each action goes.
     pub actions: Vec<usize>,
 }
@@ -278,14 +281,27 @@ impl Symmetry {
             (0..cols).map(|c| map(0, c).1).collect()
         };
         Symmetry {
+            negate: vec![false; observation.len()],
             observation,
             actions,
         }
     }
 
+    /// The transformed value of element `i` of `observation`.
+    pub fn element(&self, observation: &[f32], i: usize) -> f32 {
+        let x = observation[self.observation[i]];
+        if self.negate[i] {
+            -x
+        } else {
+            x
+        }
+    }
+
     /// `observation` transformed.
     pub fn apply_to_observation(&self, observation: &[f32]) -> Vec<f32> {
-        self.observation.iter().map(|&i| observation[i]).collect()
+        (0..self.observation.len())
+            .map(|i| self.element(observation, i))
+            .collect()
     }
 }
 

@@ -245,6 +245,7 @@ impl Environment for Walk {
         if self.defect == Defect::BadSymmetry {
             vec![Symmetry {
                 observation: vec![4, 3, 2, 1],
+                negate: vec![false; 4],
                 actions: vec![1, 0, 2],
             }]
         } else {

@@ -1,5 +1,9 @@
 //! A declared symmetry must commute with the rules: playing the transformed moves from the
 //! start gives the transformed observations, the same rewards and the same ends.
+//!
+//! This plays from the reset position, so it covers the games whose start is its own mirror
+//! image (the boards). CartPole's random start is not: its mirror is checked from mirrored
+//! states in `envs/src/cartpole.rs`.
 
 use cumind_envs::{make, names, Environment};
 use rand::rngs::StdRng;
@@ -8,7 +12,7 @@ use rand::{Rng, SeedableRng};
 #[test]
 fn every_declared_symmetry_commutes_with_the_rules() {
     let mut checked = 0;
-    for &name in names() {
+    for &name in names().iter().filter(|&&n| n != "CartPole-v1") {
         let symmetries = make(name).unwrap().symmetries();
         for (s, symmetry) in symmetries.iter().enumerate() {
             let mut rng = StdRng::seed_from_u64(s as u64);

@@ -219,8 +219,8 @@ pub struct SelfPlayConfig {
     /// cut get the unroll and n-step targets of the whole game; false hands segments over at
     /// the cut (their last positions then bootstrap early and lose unroll targets).
     pub pad_segments: bool,
-    /// Replayed positions of games that declare symmetries (TicTacToe, ConnectFour) are seen
-    /// through a random one of them (rotations, reflections).
+    /// Replayed positions of environments that declare symmetries (TicTacToe, ConnectFour,
+    /// CartPole) are seen through a random one of them (rotations, reflections, mirrors).
     pub symmetry_augmentation: bool,
     /// Each self-play game opens with 0..=N uniformly random legal moves (N drawn uniformly
     /// per game), which are not stored: the agent learns positions its own play would not

@@ -1,9 +1,11 @@
 //! Symmetry augmentation: a sampled row of a batch seen through one of the game's symmetries
-//! (a rotated or reflected board), so the networks learn every orientation from one game.
+//! (a rotated or reflected board, CartPole's mirror image), so the networks learn every
+//! orientation from one game.
 //!
-//! The observations (the position and every bootstrap observation) are permuted, the unrolled
-//! actions are mapped, and every policy target is carried along with its actions. Values and
-//! rewards do not change under a symmetry.
+//! The observations (the position and every bootstrap observation) are permuted, with signs
+//! flipped where the symmetry says so, the unrolled actions are mapped, and every policy
+//! target is carried along with its actions. Values and rewards do not change under a
+//! symmetry.
 
 use cumind_envs::Symmetry;
 
@@ -15,8 +17,8 @@ pub(super) fn apply_symmetry(batch: &mut Batch, b: usize, symmetry: &Symmetry) {
         (batch.obs_len, batch.num_actions, batch.num_unroll_steps);
     let permute = |slice: &mut [f32]| {
         let old = slice.to_vec();
-        for (new, &from) in slice.iter_mut().zip(&symmetry.observation) {
-            *new = old[from];
+        for (i, new) in slice.iter_mut().enumerate() {
+            *new = symmetry.element(&old, i);
         }
     };
     permute(&mut batch.observations[b * obs_len..(b + 1) * obs_len]);
@@ -44,6 +46,7 @@ mod tests {
         // Two actions swapped, observations of 2 values reversed.
         let symmetry = Symmetry {
             observation: vec![1, 0],
+            negate: vec![false, false],
             actions: vec![1, 0],
         };
         let mut batch = Batch::zeros(2, 1, 2, 2);
@@ -64,5 +67,27 @@ mod tests {
             batch.target_policies,
             vec![0.9, 0.1, 0.8, 0.2, 0.3, 0.7, 0.4, 0.6]
         );
+    }
+
+    #[test]
+    fn a_signed_symmetry_negates_the_flagged_elements() {
+        // CartPole's mirror: every element negated, the two pushes swapped.
+        let symmetry = Symmetry {
+            observation: vec![0, 1],
+            negate: vec![true, false],
+            actions: vec![1, 0],
+        };
+        let mut batch = Batch::zeros(1, 1, 2, 2);
+        batch.observations = vec![1.5, -2.0];
+        batch.bootstrap_observations = vec![3.0, 4.0, -5.0, 6.0];
+        batch.unroll_observations = vec![0.5, 0.25, 7.0, -8.0];
+        batch.actions = vec![1];
+        batch.target_policies = vec![0.9, 0.1, 0.6, 0.4];
+        apply_symmetry(&mut batch, 0, &symmetry);
+        assert_eq!(batch.observations, vec![-1.5, -2.0]);
+        assert_eq!(batch.bootstrap_observations, vec![-3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(batch.unroll_observations, vec![-0.5, 0.25, -7.0, -8.0]);
+        assert_eq!(batch.actions, vec![0]);
+        assert_eq!(batch.target_policies, vec![0.1, 0.9, 0.4, 0.6]);
     }
 }

@@ -150,6 +150,16 @@ impl Checker {
                     format!("symmetry {i}: the observation map {p} (one per element)"),
                 );
             }
+            if symmetry.negate.len() != symmetry.observation.len() {
+                self.add(
+                    "symmetries",
+                    format!(
+                        "symmetry {i}: negate has {} entries, the observation map {}",
+                        symmetry.negate.len(),
+                        symmetry.observation.len()
+                    ),
+                );
+            }
             if let Some(p) = permutation_problem(&symmetry.actions, self.n) {
                 self.add(
                     "symmetries",
