@@ -89,11 +89,13 @@ impl Agent {
 
     /// Wrap an in-memory network trained with `config`.
     pub fn from_network(network: MuZeroNetwork, config: Config) -> Self {
+        let known = EnvInfo::of(&config).ok();
         let env = EnvInfo {
             observation_shape: network.spec().observation_shape.clone(),
             num_actions: network.spec().num_actions,
-            num_players: EnvInfo::of(&config).map(|e| e.num_players).unwrap_or(1),
-            symmetries: Vec::new(),
+            num_players: known.as_ref().map_or(1, |e| e.num_players),
+            // For `mcts.symmetric_search`; an environment this process cannot build has none.
+            symmetries: known.map(|e| e.symmetries).unwrap_or_default(),
         };
         let search = components::search_config(&config, &env);
         let rng = StdRng::seed_from_u64(config.other.seed);

@@ -1,7 +1,7 @@
 //! Builds the parts of an agent from a validated [`Config`]: the network spec, the search,
 //! replay and learner configurations. Shared by training, evaluation and the library API.
 
-use crate::config::{Config, NetworkType, SearchPolicyKind, ValueTargetSource};
+use crate::config::{Config, NetworkType, SearchPolicyKind, SymmetricSearch, ValueTargetSource};
 use crate::network::NetworkSpec;
 use crate::replay::ReplayConfig;
 use crate::search::{SearchConfig, SearchPolicy};
@@ -61,8 +61,25 @@ pub fn network_spec(config: &Config, env: &EnvInfo) -> NetworkSpec {
     }
 }
 
-/// The search configuration.
+/// The search configuration of greedy play (evaluation, `eval`, `play`, the `Agent`).
 pub fn search_config(config: &Config, env: &EnvInfo) -> SearchConfig {
+    search_config_for(
+        config,
+        env,
+        config.mcts.symmetric_search != SymmetricSearch::Off,
+    )
+}
+
+/// The search configuration of self-play and reanalyse.
+pub fn self_play_search_config(config: &Config, env: &EnvInfo) -> SearchConfig {
+    search_config_for(
+        config,
+        env,
+        config.mcts.symmetric_search == SymmetricSearch::Always,
+    )
+}
+
+fn search_config_for(config: &Config, env: &EnvInfo, symmetric: bool) -> SearchConfig {
     let m = &config.mcts;
     SearchConfig {
         num_simulations: m.num_simulations,
@@ -81,6 +98,11 @@ pub fn search_config(config: &Config, env: &EnvInfo) -> SearchConfig {
             }
         } else {
             SearchPolicy::Puct
+        },
+        symmetries: if symmetric {
+            env.symmetries.clone()
+        } else {
+            Vec::new()
         },
     }
 }
@@ -158,5 +180,28 @@ pub fn expected_training_steps(config: &Config) -> usize {
         (t.max_env_steps as f64 * t.train_ratio) as usize
     } else {
         100_000
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symmetric_search_reaches_greedy_play_and_self_play_as_configured() {
+        let mut config = Config::default_config(); // CartPole-v1: one mirror image
+        let env = EnvInfo::of(&config).unwrap();
+        for (mode, greedy, self_play) in [
+            (SymmetricSearch::Off, 0, 0),
+            (SymmetricSearch::Evaluation, 1, 0),
+            (SymmetricSearch::Always, 1, 1),
+        ] {
+            config.mcts.symmetric_search = mode;
+            assert_eq!(search_config(&config, &env).symmetries.len(), greedy);
+            assert_eq!(
+                self_play_search_config(&config, &env).symmetries.len(),
+                self_play
+            );
+        }
     }
 }

@@ -672,6 +672,7 @@ mod tests {
             exploration_fraction: 0.25,
             two_player: true,
             policy: SearchPolicy::Puct,
+            symmetries: Vec::new(),
         };
         let mut actor = Actor::new("TicTacToe", 8, seed, 0)
             .unwrap()
@@ -707,6 +708,7 @@ mod tests {
             exploration_fraction: 0.25,
             two_player: false,
             policy: SearchPolicy::Puct,
+            symmetries: Vec::new(),
         };
         let mut actor = Actor::new("CartPole-v1", 4, 9, segment_length)
             .unwrap()
@@ -802,6 +804,7 @@ mod tests {
             exploration_fraction: 0.25,
             two_player: true,
             policy: SearchPolicy::Puct,
+            symmetries: Vec::new(),
         };
         let on = |threads: usize| {
             rayon::ThreadPoolBuilder::new()

@@ -77,6 +77,7 @@ fn search_config(policy: SearchPolicy, simulations: usize) -> SearchConfig {
         exploration_fraction: 0.25,
         two_player: false,
         policy,
+        symmetries: Vec::new(),
     }
 }
 

@@ -26,6 +26,20 @@ pub enum SearchPolicyKind {
     Gumbel,
 }
 
+/// `mcts.symmetric_search`: where every root is also searched through the environment's
+/// symmetries, with the roots' statistics pooled (see `search::symmetric`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SymmetricSearch {
+    /// Each root is searched once.
+    Off,
+    /// Greedy play only: evaluations during training, `eval`, `play` and the `Agent`.
+    /// Self-play and reanalyse search each root once.
+    Evaluation,
+    /// Everywhere, self-play and reanalyse included.
+    Always,
+}
+
 /// `self_play.value_target`: where n-step targets take their bootstrap value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -172,6 +186,10 @@ pub struct MctsConfig {
     /// Scale of the root's Gumbel noise in self-play (1: the paper's sampling; 0: always the
     /// improved policy's best action).
     pub gumbel_noise_scale: f64,
+    /// Search every root also through each of the environment's symmetries and pool the
+    /// roots' statistics (an equivariant search at `1 + symmetries` times the cost; no effect
+    /// for environments without symmetries): "off", "evaluation" or "always".
+    pub symmetric_search: SymmetricSearch,
     /// Visit-count temperature: `[[progress, temperature], ...]`, progress in [0, 1] of the
     /// training budget, sorted; the last entry whose progress has been reached applies.
     pub temperature_schedule: Vec<(f64, f64)>,

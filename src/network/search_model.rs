@@ -395,6 +395,7 @@ mod tests {
             exploration_fraction: 0.25,
             two_player: false,
             policy,
+            symmetries: Vec::new(),
         }
     }
 

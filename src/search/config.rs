@@ -66,6 +66,10 @@ pub struct SearchConfig {
     /// Alternate the player at every level (values negated from parent to child).
     pub two_player: bool,
     pub policy: SearchPolicy,
+    /// Symmetries of the game to search every root through as well, pooling the roots'
+    /// statistics (see the `symmetric` module); empty (the default) searches each root once.
+    #[serde(skip)]
+    pub symmetries: Vec<cumind_envs::Symmetry>,
 }
 
 impl Default for SearchConfig {
@@ -79,6 +83,7 @@ impl Default for SearchConfig {
             exploration_fraction: DEFAULT_EXPLORATION_FRACTION,
             two_player: false,
             policy: SearchPolicy::Puct,
+            symmetries: Vec::new(),
         }
     }
 }

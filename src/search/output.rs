@@ -17,6 +17,10 @@ pub struct SearchOutput {
     pub policy_targets: Vec<f32>,
     /// `[B * A]` Q of each root child from the root player's perspective (0 if unvisited).
     pub root_q: Vec<f32>,
+    /// `[B * A]` the root's prior (the network's policy over the legal actions; with pUCT's
+    /// root noise mixed in when it was added).
+    #[serde(default)]
+    pub root_priors: Vec<f32>,
     /// `[B]` the action chosen by Gumbel MuZero (Gumbel only).
     pub gumbel_actions: Option<Vec<usize>>,
     /// Deepest node reached in any tree (root = 0).
@@ -31,6 +35,7 @@ impl SearchOutput {
         self.visit_counts.extend(other.visit_counts);
         self.policy_targets.extend(other.policy_targets);
         self.root_q.extend(other.root_q);
+        self.root_priors.extend(other.root_priors);
         if let (Some(mine), Some(theirs)) = (self.gumbel_actions.as_mut(), other.gumbel_actions) {
             mine.extend(theirs);
         }
@@ -67,6 +72,7 @@ mod tests {
             visit_counts: vec![1, 2, 3, 4, 5, 6],
             policy_targets: vec![0.1, 0.2, 0.7, 0.0, 0.5, 0.5],
             root_q: vec![-1.0, 0.0, 1.0, 2.0, 3.0, 4.0],
+            root_priors: vec![0.2; 6],
             gumbel_actions: None,
             max_depth: 2,
         };

@@ -17,7 +17,7 @@ use super::gumbel::{self, SigmaParams};
 use super::output::SearchOutput;
 use super::simulation::{Rules, TreeState};
 use super::tree::{Expansion, ROOT};
-use super::{noise, targets};
+use super::{noise, symmetric, targets};
 use crate::model::{Model, Prediction};
 use crate::threads::side_by_side;
 
@@ -134,12 +134,72 @@ impl Searcher {
             });
         }
 
+        if !config.symmetries.is_empty() {
+            return self.run_symmetric(model, config, input, num_actions, rng);
+        }
         if batch >= SPLIT_SEARCH_BATCH && observations.len().is_multiple_of(batch) {
             if let (Some(mut first), Some(mut second)) = (model.fork(), model.fork()) {
                 return self.run_halves(first.as_mut(), second.as_mut(), config, input, rng);
             }
         }
         self.run_whole(model, config, input, rng, true)
+    }
+
+    /// [`Searcher::run`] of every root and of its images under `config.symmetries`, pooled
+    /// (see [`symmetric`]).
+    fn run_symmetric<M: Model + ?Sized, R: Rng + ?Sized>(
+        &mut self,
+        model: &mut M,
+        config: &SearchConfig,
+        input: &SearchInput<'_>,
+        num_actions: usize,
+        rng: &mut R,
+    ) -> Result<SearchOutput, SearchError> {
+        let symmetries = &config.symmetries;
+        let obs_len = input.observations.len() / input.batch;
+        if let Some(i) = symmetries.iter().position(|s| {
+            s.observation.len() != obs_len
+                || s.negate.len() != obs_len
+                || s.actions.len() != num_actions
+                || s.observation.iter().any(|&j| j >= obs_len)
+                || s.actions.iter().any(|&a| a >= num_actions)
+        }) {
+            return Err(SearchError::InvalidConfig(format!(
+                "symmetry {i} does not fit observations of {obs_len} values and {num_actions} \
+                 actions"
+            )));
+        }
+        let (observations, legal_masks) = symmetric::expand(
+            input.observations,
+            input.legal_masks,
+            input.batch,
+            num_actions,
+            symmetries,
+        );
+        let plain = SearchConfig {
+            symmetries: Vec::new(),
+            ..config.clone()
+        };
+        let all = self.run(
+            model,
+            &plain,
+            &SearchInput {
+                observations: &observations,
+                batch: (1 + symmetries.len()) * input.batch,
+                legal_masks: &legal_masks,
+                add_noise: input.add_noise,
+            },
+            rng,
+        )?;
+        Ok(symmetric::pool(
+            &all,
+            input.batch,
+            input.legal_masks,
+            symmetries,
+            &config.policy,
+            input.add_noise,
+            rng,
+        ))
     }
 
     /// [`Searcher::run`] as two half batches side by side, one on this thread and one on the
@@ -415,6 +475,7 @@ fn collect_output(trees: &mut [TreeState], rules: &Rules<'_>, num_actions: usize
         visit_counts: vec![0; batch * num_actions],
         policy_targets: vec![0.0; batch * num_actions],
         root_q: vec![0.0; batch * num_actions],
+        root_priors: vec![0.0; batch * num_actions],
         gumbel_actions: rules.gumbel.map(|_| Vec::with_capacity(batch)),
         max_depth: 0,
     };
@@ -426,6 +487,7 @@ fn collect_output(trees: &mut [TreeState], rules: &Rules<'_>, num_actions: usize
         let visits = &mut out.visit_counts[row.clone()];
         visits.copy_from_slice(tree.children_visits(ROOT));
         out.root_q[row.clone()].copy_from_slice(tree.children_q(ROOT));
+        out.root_priors[row.clone()].copy_from_slice(tree.priors(ROOT));
         let policy_targets = &mut out.policy_targets[row];
         match rules.gumbel {
             None => targets::visit_count_policy(visits, policy_targets),

@@ -299,7 +299,7 @@ impl<'a> TrainingRun<'a> {
 
     fn main_loop(&mut self, options: &RunOptions, sink: &mut dyn MetricSink) -> Result<String> {
         let config = self.config;
-        let search = components::search_config(config, &self.env);
+        let search = components::self_play_search_config(config, &self.env);
         let segment_start = Instant::now();
         let elapsed_before = self.counters.elapsed_seconds;
         let env_steps_before = self.counters.env_steps;
@@ -611,7 +611,7 @@ impl<'a> TrainingRun<'a> {
         let batch_size = self.config.training.batch_size / ranks;
         let t = &self.config.training;
         let (batch, stats) = if t.reanalyse_fraction > 0.0 {
-            let mut search = components::search_config(self.config, &self.env);
+            let mut search = components::self_play_search_config(self.config, &self.env);
             if t.reanalyse_simulations > 0 {
                 search.num_simulations = t.reanalyse_simulations;
             }
