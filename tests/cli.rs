@@ -165,6 +165,79 @@ fn train_eval_resume_and_corruption() {
 }
 
 #[test]
+fn the_best_evaluation_keeps_its_own_checkpoint_and_a_run_resumes_from_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = cumind(dir.path())
+        .args(["--config", &catch_preset()])
+        .args(run_in_place("catch"))
+        .args(sets(&[
+            "training.max_env_steps=960",
+            "training.eval_interval=160",
+            "training.eval_episodes=5",
+        ]))
+        .args(["train", "--no-progress"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let log = text(&out);
+    // "eval @ N env steps, M training steps, Ts: mean return X +- S over E episodes"
+    let evals: Vec<(u64, f64)> = log
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("eval @ ")?;
+            let steps = rest.split(' ').next()?.parse().ok()?;
+            let mean = rest.split("mean return ").nth(1)?.split(' ').next()?;
+            Some((steps, mean.parse().ok()?))
+        })
+        .collect();
+    assert_eq!(evals.len(), 6, "{log}");
+    let best_return = evals.iter().map(|e| e.1).fold(f64::MIN, f64::max);
+    let first_best = evals.iter().find(|e| e.1 == best_return).unwrap().0;
+    let best = dir.path().join("ckpt/catch/best");
+    assert!(
+        log.contains(&format!(
+            "best checkpoint: {}",
+            std::path::Path::new("ckpt/catch/best").display()
+        )),
+        "{log}"
+    );
+    let steps: Vec<_> = std::fs::read_dir(&best)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("step-"))
+        .collect();
+    assert_eq!(steps.len(), 1, "one step directory in best/");
+    assert!(!steps[0].path().join("replay.safetensors").exists());
+    let meta = latest_metadata(&best);
+    assert_eq!(meta["counters"]["env_steps"], first_best, "{log}");
+    let stored = meta["counters"]["best_eval_return"].as_f64().unwrap();
+    assert!(
+        (stored - best_return).abs() <= 0.05,
+        "{stored} against {log}"
+    );
+    let out = cumind(dir.path())
+        .args(["eval", "--checkpoint", "ckpt/catch/best", "--episodes", "5"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+
+    // Resuming from the best checkpoint goes on in the run directory, from the best's counters.
+    let out = cumind(dir.path())
+        .args(sets(&["training.max_env_steps=1280"]))
+        .args(["train", "--no-progress", "--resume", "ckpt/catch/best"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("1280 env steps"), "{}", text(&out));
+    assert_eq!(
+        latest_metadata(&dir.path().join("ckpt/catch"))["counters"]["env_steps"],
+        1280
+    );
+    let meta = latest_metadata(&best);
+    assert!(meta["counters"]["best_eval_return"].as_f64().unwrap() >= stored);
+}
+
+#[test]
 fn sigkill_then_resume_loses_at_most_the_work_since_the_last_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = cumind(dir.path())

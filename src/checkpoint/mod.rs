@@ -46,6 +46,9 @@ const REPLAY: &str = "replay.safetensors";
 /// The replay snapshot of checkpoints written before the binary form; still read.
 const REPLAY_JSON: &str = "replay.json";
 const LATEST: &str = "latest";
+/// The directory inside a run directory that holds the checkpoint of the run's best
+/// evaluation so far (without the replay buffer: it is for playing, not for resuming).
+pub const BEST: &str = "best";
 
 #[derive(Debug, Error)]
 pub enum CheckpointError {
@@ -178,10 +181,20 @@ fn save_tensors(map: &HashMap<String, Tensor>, path: &Path) -> Result<(), Checkp
         .map_err(io_err(path))
 }
 
-/// Write a checkpoint for `data` under `run_dir` atomically and point `latest` at it.
-/// Returns the step directory. On failure the temporary directory is removed and `latest`
-/// still names the previous checkpoint.
+/// Write a checkpoint for `data` under `run_dir` atomically and point `latest` at it, keeping
+/// the newest `training.keep_checkpoints` step directories. Returns the step directory. On
+/// failure the temporary directory is removed and `latest` still names the previous
+/// checkpoint.
 pub fn save(run_dir: &Path, data: &CheckpointData) -> Result<PathBuf, CheckpointError> {
+    save_keeping(run_dir, data, data.config.training.keep_checkpoints)
+}
+
+/// [`save`], keeping the newest `keep` step directories of `run_dir` (0: every one).
+pub fn save_keeping(
+    run_dir: &Path,
+    data: &CheckpointData,
+    keep: usize,
+) -> Result<PathBuf, CheckpointError> {
     std::fs::create_dir_all(run_dir).map_err(io_err(run_dir))?;
     remove_stale_temporaries(run_dir);
     let name = format!("step-{:010}", data.counters.training_steps);
@@ -190,7 +203,7 @@ pub fn save(run_dir: &Path, data: &CheckpointData) -> Result<PathBuf, Checkpoint
         std::fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
     }
     std::fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
-    let result = write_step(run_dir, &tmp, &name, data);
+    let result = write_step(run_dir, &tmp, &name, data, keep);
     if result.is_err() {
         let _ignored_best_effort = std::fs::remove_dir_all(&tmp);
     }
@@ -216,6 +229,7 @@ fn write_step(
     tmp: &Path,
     name: &str,
     data: &CheckpointData,
+    keep: usize,
 ) -> Result<PathBuf, CheckpointError> {
     let final_dir = run_dir.join(name);
 
@@ -261,7 +275,7 @@ fn write_step(
     let latest_tmp = run_dir.join(format!(".{LATEST}.tmp"));
     write_synced(&latest_tmp, name.as_bytes())?;
     std::fs::rename(&latest_tmp, run_dir.join(LATEST)).map_err(io_err(run_dir))?;
-    prune(run_dir, data.config.training.keep_checkpoints)?;
+    prune(run_dir, keep)?;
     Ok(final_dir)
 }
 

@@ -402,6 +402,13 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
         summary.timing.last_save
     );
     println!("checkpoint: {}", summary.run_dir.display());
+    let best = summary.run_dir.join(cumind::checkpoint::BEST);
+    if let (Some(best_return), true) = (c.best_eval_return, best.is_dir()) {
+        println!(
+            "best checkpoint: {} (evaluation mean return {best_return:.1})",
+            best.display()
+        );
+    }
     // The run's learning curves beside its logs; a failure here costs only the picture.
     let picture = log_dir.join("curves.png");
     let drawn = cumind::plot::find_font()

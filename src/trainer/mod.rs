@@ -233,12 +233,26 @@ impl<'a> TrainingRun<'a> {
                 replay.set_symmetries(fresh.symmetries);
                 replay.set_max_bytes(fresh.max_bytes);
                 replay.set_td_age_transitions(fresh.td_age_transitions);
-                let run_dir = ckpt
+                let mut run_dir = ckpt
                     .dir
                     .parent()
                     .map(Path::to_path_buf)
                     .unwrap_or_else(|| PathBuf::from("."));
-                (learner, replay, ckpt.metadata.counters, run_dir)
+                // Resuming from the best checkpoint goes on in its run directory.
+                if run_dir.file_name() == Some(checkpoint::BEST.as_ref()) {
+                    run_dir.pop();
+                }
+                let mut counters = ckpt.metadata.counters;
+                // The best checkpoint may be newer than the one resumed from: only a better
+                // evaluation replaces it.
+                if let Ok((_, best)) = checkpoint::load_metadata(&run_dir.join(checkpoint::BEST)) {
+                    counters.best_eval_return =
+                        match (counters.best_eval_return, best.counters.best_eval_return) {
+                            (Some(a), Some(b)) => Some(a.max(b)),
+                            (a, b) => a.or(b),
+                        };
+                }
+                (learner, replay, counters, run_dir)
             }
         };
         let collective = options.collective.clone().filter(|c| c.size() > 1);
@@ -279,6 +293,16 @@ impl<'a> TrainingRun<'a> {
     }
 
     fn save_checkpoint(&mut self) -> Result<PathBuf> {
+        self.save_into(None)
+    }
+
+    /// The checkpoint of the best evaluation so far: `run_dir/best`, one step directory,
+    /// without the replay buffer (for `eval` and `play`; resuming reads the run directory).
+    fn save_best_checkpoint(&mut self) -> Result<PathBuf> {
+        self.save_into(Some(checkpoint::BEST))
+    }
+
+    fn save_into(&mut self, best: Option<&str>) -> Result<PathBuf> {
         let clock = Instant::now();
         let (optimizer, optimizer_step) = self.learner.optimizer().state()?;
         let data = CheckpointData {
@@ -289,9 +313,12 @@ impl<'a> TrainingRun<'a> {
             target: self.learner.target_network().params().to_tensors()?,
             optimizer,
             optimizer_step,
-            replay: Some(&self.replay),
+            replay: best.is_none().then_some(&self.replay),
         };
-        let dir = checkpoint::save(&self.run_dir, &data)?;
+        let dir = match best {
+            None => checkpoint::save(&self.run_dir, &data)?,
+            Some(sub) => checkpoint::save_keeping(&self.run_dir.join(sub), &data, 1)?,
+        };
         self.timing.last_save = clock.elapsed().as_secs_f64();
         self.timing.checkpoints += self.timing.last_save;
         Ok(dir)
@@ -407,7 +434,12 @@ impl<'a> TrainingRun<'a> {
 
             if schedule.eval_due(self.counters.env_steps) && self.rank() == 0 {
                 let elapsed = elapsed_before + segment_start.elapsed().as_secs_f64();
-                if let Some(reason) = self.evaluate(elapsed, sink)? {
+                let improved = self.evaluate(elapsed, sink)?;
+                if improved && !options.no_checkpoints {
+                    self.counters.elapsed_seconds = elapsed;
+                    self.save_best_checkpoint()?;
+                }
+                if let Some(reason) = self.evaluation_stop() {
                     if self.collective.is_none() {
                         break reason;
                     }
@@ -527,8 +559,9 @@ impl<'a> TrainingRun<'a> {
         Ok(())
     }
 
-    /// A greedy evaluation; returns the stop reason when it reaches `stop_return`.
-    fn evaluate(&mut self, elapsed: f64, sink: &mut dyn MetricSink) -> Result<Option<String>> {
+    /// A greedy evaluation; returns whether its mean return beats every earlier evaluation of
+    /// the run (the first one does).
+    fn evaluate(&mut self, elapsed: f64, sink: &mut dyn MetricSink) -> Result<bool> {
         let config = self.config;
         let clock = Instant::now();
         let eval = evaluate(
@@ -554,11 +587,13 @@ impl<'a> TrainingRun<'a> {
             self.counters.training_steps as f64,
             at,
         );
-        let best = self
+        let improved = self
             .counters
             .best_eval_return
-            .map_or(mean_return, |b| b.max(mean_return));
-        self.counters.best_eval_return = Some(best);
+            .is_none_or(|b| mean_return > b);
+        if improved {
+            self.counters.best_eval_return = Some(mean_return);
+        }
         sink.log(&format!(
             "eval @ {} env steps, {} training steps, {:.0}s: mean return {:.1} +- {:.1} over {} episodes",
             at,
@@ -569,10 +604,16 @@ impl<'a> TrainingRun<'a> {
             eval.returns.len()
         ));
         self.last_eval = Some(eval);
-        let stop = config.training.stop_return;
-        Ok((stop != 0.0 && mean_return >= stop).then(|| {
+        Ok(improved)
+    }
+
+    /// The stop reason when the last evaluation reached `stop_return`.
+    fn evaluation_stop(&self) -> Option<String> {
+        let stop = self.config.training.stop_return;
+        let mean_return = self.last_eval.as_ref()?.mean_return();
+        (stop != 0.0 && mean_return >= stop).then(|| {
             format!("evaluation mean return {mean_return:.1} reached stop_return = {stop}")
-        }))
+        })
     }
 
     /// Which version of the learner's network reanalyse searches with: the target network
