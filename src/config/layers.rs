@@ -168,6 +168,7 @@ impl Config {
                 FileFormat::Json,
             ));
         let merged: serde_json::Value = builder.build()?.try_deserialize()?;
+        let probe = merged.clone();
         let config: Config = serde_path_to_error::deserialize(merged).map_err(|err| {
             let path = err.path().to_string();
             let key = if path == "." {
@@ -175,7 +176,14 @@ impl Config {
             } else {
                 path
             };
-            invalid(&key, err.into_inner().to_string())
+            let mut message = err.inner().to_string();
+            if message.ends_with("expected string or map") {
+                if let Some(variants) = enum_variants(probe, err.path()) {
+                    message =
+                        message.replace("expected string or map", &format!("expected {variants}"));
+                }
+            }
+            invalid(&key, message)
         })?;
         config.validate()?;
         Ok(config)
@@ -214,4 +222,35 @@ impl Config {
         }
         Ok(config)
     }
+}
+
+/// The variants of the enum at `path` in `merged`, as serde lists them ("`a` or `b`", "one of
+/// `a`, `b`, `c`"). serde
+/// names them for an unknown string but not for a value of another type (a number, a
+/// boolean), so the key's value is replaced by a string no variant has and the error read.
+fn enum_variants(
+    mut merged: serde_json::Value,
+    path: &serde_path_to_error::Path,
+) -> Option<String> {
+    use serde_path_to_error::Segment;
+    let mut slot = &mut merged;
+    for segment in path.iter() {
+        slot = match segment {
+            Segment::Map { key } => slot.get_mut(key.as_str())?,
+            Segment::Seq { index } => slot.get_mut(*index)?,
+            _ => return None,
+        };
+    }
+    *slot = serde_json::Value::String("\u{1}".to_string());
+    let err = serde_path_to_error::deserialize::<_, Config>(merged).err()?;
+    if err.path().to_string() != path.to_string() {
+        return None;
+    }
+    let message = err.into_inner().to_string();
+    if !message.starts_with("unknown variant") {
+        return None;
+    }
+    message
+        .split_once(", expected ")
+        .map(|(_, variants)| variants.to_string())
 }

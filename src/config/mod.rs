@@ -315,6 +315,37 @@ mod tests {
     }
 
     #[test]
+    fn a_choice_of_the_wrong_type_names_every_variant_too() {
+        for (flag, key, variants) in [
+            (
+                "mcts.symmetric_search=true",
+                "mcts.symmetric_search",
+                &["off", "evaluation", "always"][..],
+            ),
+            (
+                "mcts.search_policy=3",
+                "mcts.search_policy",
+                &["puct", "gumbel"][..],
+            ),
+        ] {
+            let text = error_text(load_with(sets(&[flag])));
+            assert!(text.contains(key), "{text}");
+            assert!(text.contains("invalid type"), "{text}");
+            for variant in variants {
+                assert!(text.contains(&format!("`{variant}`")), "{flag}: {text}");
+            }
+        }
+        // A wrong type for a key that is not a choice keeps serde's own message.
+        let text = error_text(load_with(sets(&["training.batch_size=true"])));
+        assert!(text.contains("training.batch_size"), "{text}");
+        assert!(text.contains("invalid type"), "{text}");
+        assert!(
+            !text.contains("one of") && !text.contains("gumbel"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn an_unknown_choice_names_the_key_and_every_variant() {
         let text = error_text(load_with(sets(&["mcts.search_policy=alphazero"])));
         assert!(
