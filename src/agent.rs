@@ -58,7 +58,10 @@ pub enum AgentError {
 pub struct Agent {
     network: MuZeroNetwork,
     config: Config,
+    /// The search of greedy play (`training = false`).
     search: SearchConfig,
+    /// The search of self-play (`training = true`): differs by `mcts.symmetric_search`.
+    training_search: SearchConfig,
     env: EnvInfo,
     rng: StdRng,
     /// Root values of the last search, one per observation.
@@ -98,11 +101,13 @@ impl Agent {
             symmetries: known.map(|e| e.symmetries).unwrap_or_default(),
         };
         let search = components::search_config(&config, &env);
+        let training_search = components::self_play_search_config(&config, &env);
         let rng = StdRng::seed_from_u64(config.other.seed);
         Self {
             network,
             config,
             search,
+            training_search,
             env,
             rng,
             last_root_values: Vec::new(),
@@ -121,9 +126,16 @@ impl Agent {
         &self.config
     }
 
-    /// The search the agent plans with (from its configuration).
+    /// The search the agent plans with when it plays greedily (`training = false`; from its
+    /// configuration).
     pub fn search_config(&self) -> &SearchConfig {
         &self.search
+    }
+
+    /// The search the agent plans with when `training = true`: self-play's, which searches
+    /// through the symmetries only with `mcts.symmetric_search = "always"`.
+    pub fn training_search_config(&self) -> &SearchConfig {
+        &self.training_search
     }
 
     pub fn network(&self) -> &MuZeroNetwork {
@@ -135,6 +147,7 @@ impl Agent {
     pub fn set_search(&mut self, mcts: crate::config::MctsConfig) {
         self.config.mcts = mcts;
         self.search = components::search_config(&self.config, &self.env);
+        self.training_search = components::self_play_search_config(&self.config, &self.env);
     }
 
     /// The search's value of each position of the last `select_action*` call, from the point
@@ -212,7 +225,11 @@ impl Agent {
         let mut model = SearchModel::new(&self.network);
         let out = run_search(
             &mut model,
-            &self.search,
+            if training {
+                &self.training_search
+            } else {
+                &self.search
+            },
             &flat,
             observations.len(),
             &masks,

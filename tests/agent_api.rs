@@ -47,6 +47,38 @@ fn selects_valid_actions_single_and_batched() {
 }
 
 #[test]
+fn symmetric_search_applies_to_greedy_play_and_to_training_play_as_configured() {
+    let load = |mode: &str| {
+        let config = Config::load(&ConfigSources {
+            sets: vec![format!("mcts.symmetric_search={mode}")],
+            ..Default::default()
+        })
+        .unwrap();
+        let info = EnvInfo::of(&config).unwrap();
+        let net = MuZeroNetwork::new(
+            components::network_spec(&config, &info),
+            1,
+            &Device::Cpu,
+            DType::F32,
+        )
+        .unwrap();
+        Agent::from_network(net, config)
+    };
+    // CartPole has one symmetry, its mirror image.
+    for (mode, greedy, training) in [("off", 0, 0), ("evaluation", 1, 0), ("always", 1, 1)] {
+        let mut agent = load(mode);
+        assert_eq!(agent.search_config().symmetries.len(), greedy, "{mode}");
+        assert_eq!(
+            agent.training_search_config().symmetries.len(),
+            training,
+            "{mode}"
+        );
+        assert!(agent.select_action(&[0.0, 0.1, -0.02, 0.3], true).unwrap() < 2);
+        assert!(agent.select_action(&[0.0, 0.1, -0.02, 0.3], false).unwrap() < 2);
+    }
+}
+
+#[test]
 fn masks_are_respected_for_games() {
     let mut agent = agent("TicTacToe");
     let obs = vec![0.0f32; 27];
