@@ -63,11 +63,15 @@ pub fn network_spec(config: &Config, env: &EnvInfo) -> NetworkSpec {
 
 /// The search configuration of greedy play (evaluation, `eval`, `play`, the `Agent`).
 pub fn search_config(config: &Config, env: &EnvInfo) -> SearchConfig {
-    search_config_for(
+    let mut search = search_config_for(
         config,
         env,
         config.mcts.symmetric_search != SymmetricSearch::Off,
-    )
+    );
+    if config.mcts.eval_simulations > 0 {
+        search.num_simulations = config.mcts.eval_simulations;
+    }
+    search
 }
 
 /// The search configuration of self-play and reanalyse.
@@ -203,5 +207,17 @@ mod tests {
                 self_play
             );
         }
+    }
+
+    #[test]
+    fn eval_simulations_set_greedy_play_only() {
+        let mut config = Config::default_config();
+        let env = EnvInfo::of(&config).unwrap();
+        config.mcts.num_simulations = 4;
+        config.mcts.eval_simulations = 0;
+        assert_eq!(search_config(&config, &env).num_simulations, 4);
+        config.mcts.eval_simulations = 16;
+        assert_eq!(search_config(&config, &env).num_simulations, 16);
+        assert_eq!(self_play_search_config(&config, &env).num_simulations, 4);
     }
 }

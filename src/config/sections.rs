@@ -190,6 +190,9 @@ pub struct MctsConfig {
     /// roots' statistics (an equivariant search at `1 + symmetries` times the cost; no effect
     /// for environments without symmetries): "off", "evaluation" or "always".
     pub symmetric_search: SymmetricSearch,
+    /// Simulations of greedy play (evaluations, `eval`, `play`, the `Agent` with
+    /// `training = false`); 0: `num_simulations`, as self-play.
+    pub eval_simulations: usize,
     /// Visit-count temperature: `[[progress, temperature], ...]`, progress in [0, 1] of the
     /// training budget, sorted; the last entry whose progress has been reached applies.
     pub temperature_schedule: Vec<(f64, f64)>,
