@@ -125,19 +125,30 @@ pub fn sigma_completed_q(
 ) {
     completed_q(tree, node, out);
     let visits = tree.children_visits(node);
-    let (mut lo, mut hi, mut max_visits) = (f32::INFINITY, f32::NEG_INFINITY, 0u32);
-    for (a, &q) in out.iter().enumerate() {
+    let max_visits = (0..out.len())
+        .filter(|&a| mask.is_none_or(|m| m[a]))
+        .map(|a| visits[a])
+        .max()
+        .unwrap_or(0);
+    rescale_sigma(out, max_visits as f32, params, mask);
+}
+
+/// `sigma` of completed Q-values in place: min-max rescaled over the allowed entries (all when
+/// `mask` is `None`), times `(c_visit + max_visits) * c_scale`. Disallowed entries are left as
+/// they are.
+pub fn rescale_sigma(q: &mut [f32], max_visits: f32, params: SigmaParams, mask: Option<&[bool]>) {
+    let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
+    for (a, &v) in q.iter().enumerate() {
         if mask.is_none_or(|m| m[a]) {
-            lo = lo.min(q);
-            hi = hi.max(q);
-            max_visits = max_visits.max(visits[a]);
+            lo = lo.min(v);
+            hi = hi.max(v);
         }
     }
-    let scale = (params.c_visit + max_visits as f32) * params.c_scale;
+    let scale = (params.c_visit + max_visits) * params.c_scale;
     let denom = (hi - lo).max(RESCALE_EPSILON);
-    for (a, q) in out.iter_mut().enumerate() {
+    for (a, v) in q.iter_mut().enumerate() {
         if mask.is_none_or(|m| m[a]) {
-            *q = scale * (*q - lo) / denom;
+            *v = scale * (*v - lo) / denom;
         }
     }
 }

@@ -22,8 +22,9 @@
 use cumind_envs::Symmetry;
 use rand::Rng;
 
-use super::gumbel::sample_gumbel;
+use super::gumbel::{rescale_sigma, sample_gumbel, softmax_in_place, SigmaParams};
 use super::output::SearchOutput;
+use super::targets::visit_count_policy;
 use super::SearchPolicy;
 
 /// The `(1 + symmetries) * batch` roots: first the roots as they are, then every root through
@@ -123,16 +124,7 @@ pub(super) fn pool<R: Rng + ?Sized>(
         let visits = &pooled.visit_counts[row.clone()];
         let targets = &mut pooled.policy_targets[row.clone()];
         match *policy {
-            SearchPolicy::Puct => {
-                let total: u32 = visits.iter().sum();
-                for (t, &n) in targets.iter_mut().zip(visits) {
-                    *t = if total > 0 {
-                        n as f32 / total as f32
-                    } else {
-                        0.0
-                    };
-                }
-            }
+            SearchPolicy::Puct => visit_count_policy(visits, targets),
             SearchPolicy::Gumbel {
                 c_visit,
                 c_scale,
@@ -140,31 +132,20 @@ pub(super) fn pool<R: Rng + ?Sized>(
                 ..
             } => {
                 let q = &pooled.root_q[row.clone()];
-                let (mut lo, mut hi, mut most) = (f32::INFINITY, f32::NEG_INFINITY, 0u32);
-                for a in (0..a_len).filter(|&a| legal[a]) {
-                    let completed = if visits[a] > 0 { q[a] } else { root_value };
-                    sigma[a] = completed;
-                    lo = lo.min(completed);
-                    hi = hi.max(completed);
-                    most = most.max(visits[a]);
-                }
-                let scale = (c_visit + most as f32 / copies as f32) * c_scale;
-                let denom = (hi - lo).max(1e-8);
-                let mut top = f32::NEG_INFINITY;
-                for a in (0..a_len).filter(|&a| legal[a]) {
-                    sigma[a] = scale * (sigma[a] - lo) / denom;
-                    top = top.max(logits[a] + sigma[a]);
-                }
-                let mut sum = 0.0f32;
+                let most = (0..a_len)
+                    .filter(|&a| legal[a])
+                    .map(|a| visits[a])
+                    .max()
+                    .unwrap_or(0);
                 for a in 0..a_len {
-                    targets[a] = if legal[a] {
-                        (logits[a] + sigma[a] - top).exp()
-                    } else {
-                        0.0
-                    };
-                    sum += targets[a];
+                    sigma[a] = if visits[a] > 0 { q[a] } else { root_value };
                 }
-                targets.iter_mut().for_each(|t| *t /= sum);
+                let params = SigmaParams { c_visit, c_scale };
+                rescale_sigma(&mut sigma, most as f32 / copies as f32, params, Some(legal));
+                for a in 0..a_len {
+                    targets[a] = logits[a] + sigma[a];
+                }
+                softmax_in_place(targets, Some(legal));
                 if add_noise {
                     sample_gumbel(rng, &mut noise);
                 } else {
