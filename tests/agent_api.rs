@@ -8,11 +8,18 @@ use cumind::config::{Config, ConfigSources};
 use cumind::network::MuZeroNetwork;
 
 fn agent(env: &str) -> Agent {
+    agent_with(env, &[])
+}
+
+/// An agent on a fresh network for `env`, 8 simulations, with `extra` `section.key=value` sets.
+fn agent_with(env: &str, extra: &[&str]) -> Agent {
+    let mut sets = vec![
+        format!("environment.env_name={env}"),
+        "mcts.num_simulations=8".into(),
+    ];
+    sets.extend(extra.iter().map(|s| s.to_string()));
     let config = Config::load(&ConfigSources {
-        sets: vec![
-            format!("environment.env_name={env}"),
-            "mcts.num_simulations=8".into(),
-        ],
+        sets,
         ..Default::default()
     })
     .unwrap();
@@ -48,25 +55,9 @@ fn selects_valid_actions_single_and_batched() {
 
 #[test]
 fn symmetric_search_applies_to_greedy_play_and_to_training_play_as_configured() {
-    let load = |mode: &str| {
-        let config = Config::load(&ConfigSources {
-            sets: vec![format!("mcts.symmetric_search={mode}")],
-            ..Default::default()
-        })
-        .unwrap();
-        let info = EnvInfo::of(&config).unwrap();
-        let net = MuZeroNetwork::new(
-            components::network_spec(&config, &info),
-            1,
-            &Device::Cpu,
-            DType::F32,
-        )
-        .unwrap();
-        Agent::from_network(net, config)
-    };
     // CartPole has one symmetry, its mirror image.
     for (mode, greedy, training) in [("off", 0, 0), ("evaluation", 1, 0), ("always", 1, 1)] {
-        let mut agent = load(mode);
+        let mut agent = agent_with("CartPole-v1", &[&format!("mcts.symmetric_search={mode}")]);
         assert_eq!(agent.search_config().symmetries.len(), greedy, "{mode}");
         assert_eq!(
             agent.training_search_config().symmetries.len(),

@@ -4,7 +4,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{assert_fails_with, cumind, latest_metadata, preset, run_in_place, sets, text};
+use common::{
+    assert_fails_with, cumind, latest_metadata, preset, run_in_place, sets, text, train_in_place,
+};
 
 fn catch_preset() -> String {
     preset("catch.json")
@@ -82,16 +84,15 @@ fn invalid_configuration_fails_with_the_key_named() {
 #[test]
 fn train_eval_resume_and_corruption() {
     let dir = tempfile::tempdir().unwrap();
-    let out = cumind(dir.path())
-        .args(["--config", &catch_preset()])
-        .args(run_in_place("catch"))
-        .args(sets(&[
+    let out = train_in_place(
+        dir.path(),
+        "catch.json",
+        "catch",
+        &[
             "training.checkpoint_interval=100",
             "training.max_env_steps=640",
-        ]))
-        .args(["train", "--no-progress"])
-        .output()
-        .unwrap();
+        ],
+    );
     assert!(out.status.success(), "{}", text(&out));
     assert!(
         text(&out).contains("reached max_env_steps = 640"),
@@ -167,17 +168,16 @@ fn train_eval_resume_and_corruption() {
 #[test]
 fn the_best_evaluation_keeps_its_own_checkpoint_and_a_run_resumes_from_it() {
     let dir = tempfile::tempdir().unwrap();
-    let out = cumind(dir.path())
-        .args(["--config", &catch_preset()])
-        .args(run_in_place("catch"))
-        .args(sets(&[
+    let out = train_in_place(
+        dir.path(),
+        "catch.json",
+        "catch",
+        &[
             "training.max_env_steps=960",
             "training.eval_interval=160",
             "training.eval_episodes=5",
-        ]))
-        .args(["train", "--no-progress"])
-        .output()
-        .unwrap();
+        ],
+    );
     assert!(out.status.success(), "{}", text(&out));
     let log = text(&out);
     // "eval @ N env steps, M training steps, Ts: mean return X +- S over E episodes"
@@ -298,17 +298,16 @@ fn sigkill_then_resume_loses_at_most_the_work_since_the_last_checkpoint() {
 fn tictactoe_agent_is_evaluated_against_random_and_can_be_played() {
     use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
-    let out = cumind(dir.path())
-        .args(["--config", &preset("tictactoe.json")])
-        .args(run_in_place("ttt"))
-        .args(sets(&[
+    let out = train_in_place(
+        dir.path(),
+        "tictactoe.json",
+        "ttt",
+        &[
             "training.max_env_steps=640",
             "memory.min_memory_size=200",
             "mcts.num_simulations=20",
-        ]))
-        .args(["train", "--no-progress"])
-        .output()
-        .unwrap();
+        ],
+    );
     assert!(out.status.success(), "{}", text(&out));
 
     let out = cumind(dir.path())

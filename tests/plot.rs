@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{assert_fails_with, cumind, preset, run_in_place, sets, text};
+use common::{assert_fails_with, cumind, text, train_in_place};
 
 const PNG_SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
 
@@ -10,17 +10,16 @@ const PNG_SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
 fn train_writes_curves_and_plot_draws_several_runs() {
     let dir = tempfile::tempdir().unwrap();
     for name in ["a", "b"] {
-        let out = cumind(dir.path())
-            .args(["--config", &preset("catch.json")])
-            .args(run_in_place(name))
-            .args(sets(&[
+        let out = train_in_place(
+            dir.path(),
+            "catch.json",
+            name,
+            &[
                 "training.max_env_steps=800",
                 "training.eval_interval=400",
                 "training.eval_episodes=4",
-            ]))
-            .args(["train", "--no-progress"])
-            .output()
-            .unwrap();
+            ],
+        );
         assert!(out.status.success(), "{}", text(&out));
         let csv = std::fs::read_to_string(dir.path().join("runs").join(name).join("metrics.csv"))
             .unwrap();

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{cumind, latest_metadata, preset, run_in_place, sets, text, Watched};
+use common::{cumind, latest_metadata, preset, run_in_place, sets, text, train_in_place, Watched};
 
 /// Environment and training steps stored in the latest checkpoint of `run`.
 fn counters(run: &Path) -> (u64, u64) {
@@ -135,16 +135,15 @@ fn issue_13_a_write_that_fails_part_way_keeps_the_last_good_checkpoint() {
 #[test]
 fn issue_13_a_damaged_latest_falls_back_to_the_newest_complete_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
-    let out = cumind(dir.path())
-        .args(["--config", &preset("catch.json")])
-        .args(run_in_place("damaged"))
-        .args(sets(&[
+    let out = train_in_place(
+        dir.path(),
+        "catch.json",
+        "damaged",
+        &[
             "training.checkpoint_interval=50",
             "training.max_env_steps=640",
-        ]))
-        .args(["train", "--no-progress"])
-        .output()
-        .unwrap();
+        ],
+    );
     assert!(out.status.success(), "{}", text(&out));
     let run_dir = dir.path().join("ckpt/damaged");
     let (env_steps, _) = counters(&run_dir);

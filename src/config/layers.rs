@@ -225,9 +225,9 @@ impl Config {
 }
 
 /// The variants of the enum at `path` in `merged`, as serde lists them ("`a` or `b`", "one of
-/// `a`, `b`, `c`"). serde
-/// names them for an unknown string but not for a value of another type (a number, a
-/// boolean), so the key's value is replaced by a string no variant has and the error read.
+/// `a`, `b`, `c`"). serde names them for an unknown string but not for a value of another
+/// type (a number, a boolean), so the key's value is replaced by a string no variant has and
+/// the error read.
 fn enum_variants(
     mut merged: serde_json::Value,
     path: &serde_path_to_error::Path,

@@ -293,16 +293,16 @@ impl<'a> TrainingRun<'a> {
     }
 
     fn save_checkpoint(&mut self) -> Result<PathBuf> {
-        self.save_into(None)
+        self.save_into(false)
     }
 
     /// The checkpoint of the best evaluation so far: `run_dir/best`, one step directory,
     /// without the replay buffer (for `eval` and `play`; resuming reads the run directory).
     fn save_best_checkpoint(&mut self) -> Result<PathBuf> {
-        self.save_into(Some(checkpoint::BEST))
+        self.save_into(true)
     }
 
-    fn save_into(&mut self, best: Option<&str>) -> Result<PathBuf> {
+    fn save_into(&mut self, best: bool) -> Result<PathBuf> {
         let clock = Instant::now();
         let (optimizer, optimizer_step) = self.learner.optimizer().state()?;
         let data = CheckpointData {
@@ -313,11 +313,12 @@ impl<'a> TrainingRun<'a> {
             target: self.learner.target_network().params().to_tensors()?,
             optimizer,
             optimizer_step,
-            replay: best.is_none().then_some(&self.replay),
+            replay: (!best).then_some(&self.replay),
         };
-        let dir = match best {
-            None => checkpoint::save(&self.run_dir, &data)?,
-            Some(sub) => checkpoint::save_keeping(&self.run_dir.join(sub), &data, 1)?,
+        let dir = if best {
+            checkpoint::save_keeping(&self.run_dir.join(checkpoint::BEST), &data, 1)?
+        } else {
+            checkpoint::save(&self.run_dir, &data)?
         };
         self.timing.last_save = clock.elapsed().as_secs_f64();
         self.timing.checkpoints += self.timing.last_save;

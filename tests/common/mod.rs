@@ -75,6 +75,18 @@ pub fn run_in_place(name: &str) -> Vec<String> {
     ])
 }
 
+/// `cumind --config agents/<preset> train --no-progress` run to the end in `dir` as `name`
+/// ([`run_in_place`]), with `keys` (`section.key=value`) set on top.
+pub fn train_in_place(dir: &Path, preset_name: &str, name: &str, keys: &[&str]) -> Output {
+    cumind(dir)
+        .args(["--config", &preset(preset_name)])
+        .args(run_in_place(name))
+        .args(sets(keys))
+        .args(["train", "--no-progress"])
+        .output()
+        .unwrap()
+}
+
 /// The metadata.json of a run's latest checkpoint.
 pub fn latest_metadata(run: &Path) -> serde_json::Value {
     let latest = std::fs::read_to_string(run.join("latest")).unwrap();
