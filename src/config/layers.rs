@@ -168,8 +168,7 @@ impl Config {
                 FileFormat::Json,
             ));
         let merged: serde_json::Value = builder.build()?.try_deserialize()?;
-        let probe = merged.clone();
-        let config: Config = serde_path_to_error::deserialize(merged).map_err(|err| {
+        let config: Config = serde_path_to_error::deserialize(&merged).map_err(|err| {
             let path = err.path().to_string();
             let key = if path == "." {
                 "(top level)".to_string()
@@ -178,7 +177,7 @@ impl Config {
             };
             let mut message = err.inner().to_string();
             if message.ends_with("expected string or map") {
-                if let Some(variants) = enum_variants(probe, err.path()) {
+                if let Some(variants) = enum_variants(merged.clone(), err.path()) {
                     message =
                         message.replace("expected string or map", &format!("expected {variants}"));
                 }
