@@ -129,6 +129,16 @@ impl Config {
                 "training.eval_interval is 0 (no evaluation, so no evaluation can stop the run)"
                     .to_string(),
             );
+            add(
+                "training.stop_confirm_episodes",
+                "training.eval_interval is 0 (no evaluation, so none to confirm)".to_string(),
+            );
+        } else if t.stop_return == 0.0 {
+            add(
+                "training.stop_confirm_episodes",
+                "training.stop_return is 0 (no evaluation stops the run, so none to confirm)"
+                    .to_string(),
+            );
         }
         if t.reanalyse_fraction == 0.0 {
             for key in [
@@ -222,9 +232,14 @@ mod tests {
         let mut config = Config::default_config();
         config.training.eval_interval = 1000;
         assert!(!keys(&config, false).contains(&"training.stop_return"));
+        assert!(!keys(&config, false).contains(&"training.stop_confirm_episodes"));
+        config.training.stop_return = 0.0;
+        assert!(keys(&config, false).contains(&"training.stop_confirm_episodes"));
+        config.training.stop_return = 490.0;
         config.training.eval_interval = 0;
         assert!(keys(&config, false).contains(&"training.stop_return"));
         assert!(keys(&config, false).contains(&"training.eval_episodes"));
+        assert!(keys(&config, false).contains(&"training.stop_confirm_episodes"));
     }
 
     #[test]

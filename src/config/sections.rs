@@ -165,6 +165,10 @@ pub struct TrainingConfig {
     pub eval_episodes: usize,
     /// Stop early once an evaluation's mean return reaches this (0: never).
     pub stop_return: f64,
+    /// Episodes of a confirming evaluation (0: none). When an evaluation reaches
+    /// `stop_return`, this many more greedy episodes, from other starting states, must reach it
+    /// too before the run stops; otherwise training goes on.
+    pub stop_confirm_episodes: usize,
 }
 
 /// "MCTS": the search.

@@ -440,7 +440,7 @@ impl<'a> TrainingRun<'a> {
                     self.counters.elapsed_seconds = elapsed;
                     self.save_best_checkpoint()?;
                 }
-                if let Some(reason) = self.evaluation_stop() {
+                if let Some(reason) = self.evaluation_stop(sink)? {
                     if self.collective.is_none() {
                         break reason;
                     }
@@ -608,13 +608,52 @@ impl<'a> TrainingRun<'a> {
         Ok(improved)
     }
 
-    /// The stop reason when the last evaluation reached `stop_return`.
-    fn evaluation_stop(&self) -> Option<String> {
-        let stop = self.config.training.stop_return;
-        let mean_return = self.last_eval.as_ref()?.mean_return();
-        (stop != 0.0 && mean_return >= stop).then(|| {
-            format!("evaluation mean return {mean_return:.1} reached stop_return = {stop}")
-        })
+    /// The stop reason when the last evaluation reached `stop_return` (and, with
+    /// `stop_confirm_episodes`, a confirming evaluation from other starting states did too).
+    fn evaluation_stop(&mut self, sink: &mut dyn MetricSink) -> Result<Option<String>> {
+        let config = self.config;
+        let stop = config.training.stop_return;
+        let Some(mean_return) = self.last_eval.as_ref().map(|e| e.mean_return()) else {
+            return Ok(None);
+        };
+        if stop == 0.0 || mean_return < stop {
+            return Ok(None);
+        }
+        let reached =
+            format!("evaluation mean return {mean_return:.1} reached stop_return = {stop}");
+        let episodes = config.training.stop_confirm_episodes;
+        if episodes == 0 {
+            return Ok(Some(reached));
+        }
+        let clock = Instant::now();
+        let confirm = evaluate(
+            self.learner.network(),
+            &config.environment.env_name,
+            episodes,
+            &components::search_config(config, &self.env),
+            // Starting states of their own: not those of any regular evaluation.
+            config
+                .other
+                .seed
+                .wrapping_add(7_777_777)
+                .wrapping_add(self.counters.env_steps),
+        )?;
+        self.timing.evaluation += clock.elapsed().as_secs_f64();
+        let at = self.counters.env_steps;
+        let confirmed = confirm.mean_return();
+        sink.scalar("eval/confirm_mean_return", confirmed, at);
+        let verdict = if confirmed >= stop {
+            "confirmed"
+        } else {
+            "not confirmed, training on"
+        };
+        sink.log(&format!(
+            "confirm @ {at} env steps: mean return {confirmed:.1} +- {:.1} over {episodes} more episodes ({verdict})",
+            confirm.std_return()
+        ));
+        Ok((confirmed >= stop).then(|| {
+            format!("{reached}, confirmed by {confirmed:.1} over {episodes} more episodes")
+        }))
     }
 
     /// Which version of the learner's network reanalyse searches with: the target network
