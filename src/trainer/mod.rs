@@ -560,23 +560,31 @@ impl<'a> TrainingRun<'a> {
         Ok(())
     }
 
-    /// A greedy evaluation; returns whether its mean return beats every earlier evaluation of
-    /// the run (the first one does).
-    fn evaluate(&mut self, elapsed: f64, sink: &mut dyn MetricSink) -> Result<bool> {
+    /// `episodes` greedy episodes of the learner's network, their starting states seeded by
+    /// the run's seed plus `seed_offset` plus the environment steps so far; the time goes to
+    /// the evaluation timer.
+    fn play_greedy(&mut self, episodes: usize, seed_offset: u64) -> Result<Evaluation> {
         let config = self.config;
         let clock = Instant::now();
         let eval = evaluate(
             self.learner.network(),
             &config.environment.env_name,
-            config.training.eval_episodes,
+            episodes,
             &components::search_config(config, &self.env),
             config
                 .other
                 .seed
-                .wrapping_add(1_000_003)
+                .wrapping_add(seed_offset)
                 .wrapping_add(self.counters.env_steps),
         )?;
         self.timing.evaluation += clock.elapsed().as_secs_f64();
+        Ok(eval)
+    }
+
+    /// A greedy evaluation; returns whether its mean return beats every earlier evaluation of
+    /// the run (the first one does).
+    fn evaluate(&mut self, elapsed: f64, sink: &mut dyn MetricSink) -> Result<bool> {
+        let eval = self.play_greedy(self.config.training.eval_episodes, 1_000_003)?;
         let at = self.counters.env_steps;
         let mean_return = eval.mean_return();
         sink.scalar("eval/mean_return", mean_return, at);
@@ -625,24 +633,13 @@ impl<'a> TrainingRun<'a> {
         if episodes == 0 {
             return Ok(Some(reached));
         }
-        let clock = Instant::now();
-        let confirm = evaluate(
-            self.learner.network(),
-            &config.environment.env_name,
-            episodes,
-            &components::search_config(config, &self.env),
-            // Starting states of their own: not those of any regular evaluation.
-            config
-                .other
-                .seed
-                .wrapping_add(7_777_777)
-                .wrapping_add(self.counters.env_steps),
-        )?;
-        self.timing.evaluation += clock.elapsed().as_secs_f64();
+        // Starting states of their own: not those of any regular evaluation.
+        let confirm = self.play_greedy(episodes, 7_777_777)?;
         let at = self.counters.env_steps;
         let confirmed = confirm.mean_return();
+        let passed = confirmed >= stop;
         sink.scalar("eval/confirm_mean_return", confirmed, at);
-        let verdict = if confirmed >= stop {
+        let verdict = if passed {
             "confirmed"
         } else {
             "not confirmed, training on"
@@ -651,7 +648,7 @@ impl<'a> TrainingRun<'a> {
             "confirm @ {at} env steps: mean return {confirmed:.1} +- {:.1} over {episodes} more episodes ({verdict})",
             confirm.std_return()
         ));
-        Ok((confirmed >= stop).then(|| {
+        Ok(passed.then(|| {
             format!("{reached}, confirmed by {confirmed:.1} over {episodes} more episodes")
         }))
     }
