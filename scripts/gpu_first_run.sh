@@ -15,8 +15,10 @@
 #      loss and gradients (MLP, conv), replicas on CUDA, a CUDA search. Should they fail, the
 #      later steps run with `--set device.fused_kernels=false` (the written-out ops)
 #   03 a tiny benchmark, timed whole: the first kernels' PTX loading and compilation
-#   04 f32 vs bf16 on CUDA, and the CPU of the same host, at batch 16, 256, 1024, 4096, on the
-#      GPU preset agents/connect4_gpu.json (conv ResNet, batch 1024, 256 environments)
+#   04 f32 vs bf16 on CUDA at batch 16, 256, 1024, 4096, on the GPU preset
+#      agents/connect4_gpu.json (conv ResNet, batch 1024, 256 environments), and the CPU of the
+#      same host at batch 16 and 256 with fewer repetitions (larger batches of this network
+#      took over 100 s on the 16 cores of the first GPU host)
 #   05 a short CUDA training run on CartPole (the defaults) whose losses must fall
 #   06 the same checkpoint evaluated on the CPU and on CUDA
 #   07 with 2+ GPUs: training with --num-devices N, and scripts/benchmark_gpu.sh (1..N GPUs)
@@ -107,7 +109,7 @@ step 03-first-kernels "$BIN" "${FALLBACK[@]}" benchmark --device cuda --dtypes f
 step 04-cuda-f32-vs-bf16 "$BIN" "${FALLBACK[@]}" --config agents/connect4_gpu.json benchmark --device cuda \
   --dtypes float32,bfloat16 --batch-sizes 16,256,1024,4096 --out "$OUT_DIR/04-cuda.json"
 step 04-cpu-same-host "$BIN" --config agents/connect4_gpu.json benchmark --device cpu \
-  --dtypes float32 --batch-sizes 16,256,1024,4096 --out "$OUT_DIR/04-cpu.json"
+  --dtypes float32 --batch-sizes 16,256 --repetitions 3 --warmup 1 --out "$OUT_DIR/04-cpu.json"
 
 RUN=gpu-first-run-$$
 step 05-cuda-training "$BIN" "${FALLBACK[@]}" --set other.run_name="$RUN" --set training.checkpoint_root_dir="$OUT_DIR/checkpoints" \
