@@ -158,7 +158,8 @@ impl AdamW {
     }
 
     /// The gradients of this optimizer's parameters, in parameter order (`None`: no gradient),
-    /// detached: see [`AdamW::step_with`].
+    /// detached: candle leaves a parameter's gradient holding the step's autograd graph, and
+    /// whatever is computed from it would keep that graph alive (see `step_with_ops`).
     pub fn gradients(&self, grads: &GradStore) -> Vec<Option<Tensor>> {
         self.vars
             .iter()
