@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use candle_core::{DType, Device};
+use candle_core::{DType, Device, DeviceLocation};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -87,6 +87,16 @@ pub struct BenchmarkReport {
     pub training: Vec<TrainingRow>,
     /// Peak resident memory of the process (CPU), in MiB; `None` where not readable.
     pub peak_rss_mib: Option<f64>,
+}
+
+/// `cpu`, or `cuda:N` with N the GPU's ordinal (as `--device` takes it). candle's `Debug`
+/// shows the id of its device handle instead, so GPU 0 read as `DeviceId(1)`.
+fn device_label(device: &Device) -> String {
+    match device.location() {
+        DeviceLocation::Cpu => "cpu".into(),
+        DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
+        DeviceLocation::Metal { gpu_id } => format!("metal:{gpu_id}"),
+    }
 }
 
 fn dtype_name(dtype: DType) -> String {
@@ -278,7 +288,7 @@ pub fn measure(config: &Config, plan: &BenchmarkPlan) -> Result<BenchmarkReport,
         }
     }
     Ok(BenchmarkReport {
-        device: format!("{device:?}"),
+        device: device_label(device),
         env_name: config.environment.env_name.clone(),
         observation_shape: env.observation_shape.clone(),
         num_actions: env.num_actions,

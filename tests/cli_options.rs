@@ -244,6 +244,9 @@ fn issue_7_benchmark_takes_sets_from_both_sides_and_warns_about_unread_keys() {
     assert!(out.status.success(), "{t}");
     assert!(t.contains("hidden 24"), "{t}");
     assert!(t.contains("3 simulations"), "{t}");
+    // The device as `--device` names it (candle's Debug form said `Cpu`, or `DeviceId(1)` for
+    // GPU 0).
+    assert!(t.contains("device cpu |"), "{t}");
     assert!(
         t.contains("`training.max_env_steps` has no effect on `benchmark`"),
         "{t}"
