@@ -494,20 +494,25 @@ mod tests {
         assert!(state.contains_key("m.x") && state.contains_key("v.x"));
     }
 
+    /// The settings of the tests below, with their clipping norm.
+    fn test_config(max_grad_norm: f64) -> AdamWConfig {
+        AdamWConfig {
+            learning_rate: 0.01,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+            max_grad_norm,
+        }
+    }
+
     /// The tensor-op update (CUDA's) keeps no autograd graph in its state: the moments of a
     /// step whose gradients came through an activation (so they track ops) are plain tensors,
     /// in the flat layout and per parameter (one parameter without a gradient).
     #[test]
     fn the_tensor_op_update_keeps_no_graph_in_its_moments() {
         let dev = candle_core::Device::Cpu;
-        let config = AdamWConfig {
-            learning_rate: 0.01,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.01,
-            max_grad_norm: 1.0,
-        };
+        let config = test_config(1.0);
         for with_unused in [false, true] {
             let w = Var::from_tensor(&Tensor::new(&[0.5f32, -1.0, 2.0], &dev).unwrap()).unwrap();
             let u = Var::from_tensor(&Tensor::new(&[1.5f32, 0.25, -0.5], &dev).unwrap()).unwrap();
@@ -550,14 +555,7 @@ mod tests {
     #[test]
     fn the_in_place_cpu_update_equals_the_tensor_op_update() {
         let dev = candle_core::Device::Cpu;
-        let config = AdamWConfig {
-            learning_rate: 0.01,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.01,
-            max_grad_norm: 0.5,
-        };
+        let config = test_config(0.5);
         let start = [
             Tensor::new(&[[0.5f32, -1.0, 2.0], [0.1, 0.0, -0.3]], &dev).unwrap(),
             Tensor::new(&[1.5f32, -0.25], &dev).unwrap(),
@@ -634,14 +632,7 @@ mod tests {
     #[test]
     fn the_flat_tensor_op_update_equals_the_in_place_update_across_layout_changes() {
         let dev = candle_core::Device::Cpu;
-        let config = AdamWConfig {
-            learning_rate: 0.01,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.01,
-            max_grad_norm: 0.5,
-        };
+        let config = test_config(0.5);
         let start = [
             Tensor::new(&[[0.5f32, -1.0, 2.0], [0.1, 0.0, -0.3]], &dev).unwrap(),
             Tensor::new(&[1.5f32, -0.25], &dev).unwrap(),
