@@ -192,7 +192,8 @@ fn the_best_evaluation_keeps_its_own_checkpoint_and_a_run_resumes_from_it() {
         .collect();
     assert_eq!(evals.len(), 6, "{log}");
     let best_return = evals.iter().map(|e| e.1).fold(f64::MIN, f64::max);
-    let first_best = evals.iter().find(|e| e.1 == best_return).unwrap().0;
+    // Of equal evaluations the newest network is kept.
+    let last_best = evals.iter().rev().find(|e| e.1 == best_return).unwrap().0;
     let best = dir.path().join("ckpt/catch/best");
     assert!(
         log.contains(&format!(
@@ -209,7 +210,7 @@ fn the_best_evaluation_keeps_its_own_checkpoint_and_a_run_resumes_from_it() {
     assert_eq!(steps.len(), 1, "one step directory in best/");
     assert!(!steps[0].path().join("replay.safetensors").exists());
     let meta = latest_metadata(&best);
-    assert_eq!(meta["counters"]["env_steps"], first_best, "{log}");
+    assert_eq!(meta["counters"]["env_steps"], last_best, "{log}");
     let stored = meta["counters"]["best_eval_return"].as_f64().unwrap();
     assert!(
         (stored - best_return).abs() <= 0.05,

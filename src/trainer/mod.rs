@@ -243,8 +243,8 @@ impl<'a> TrainingRun<'a> {
                     run_dir.pop();
                 }
                 let mut counters = ckpt.metadata.counters;
-                // The best checkpoint may be newer than the one resumed from: only a better
-                // evaluation replaces it.
+                // The best checkpoint may be newer than the one resumed from: only an
+                // evaluation at least as good replaces it.
                 if let Ok((_, best)) = checkpoint::load_metadata(&run_dir.join(checkpoint::BEST)) {
                     counters.best_eval_return =
                         match (counters.best_eval_return, best.counters.best_eval_return) {
@@ -581,8 +581,8 @@ impl<'a> TrainingRun<'a> {
         Ok(eval)
     }
 
-    /// A greedy evaluation; returns whether its mean return beats every earlier evaluation of
-    /// the run (the first one does).
+    /// A greedy evaluation; returns whether its mean return equals or beats every earlier
+    /// evaluation of the run (the first one does).
     fn evaluate(&mut self, elapsed: f64, sink: &mut dyn MetricSink) -> Result<bool> {
         let eval = self.play_greedy(self.config.training.eval_episodes, 1_000_003)?;
         let at = self.counters.env_steps;
@@ -596,10 +596,13 @@ impl<'a> TrainingRun<'a> {
             self.counters.training_steps as f64,
             at,
         );
+        // An evaluation as good as the best so far replaces it too: of equal scores the newer
+        // network has trained longer, and at a capped return (CartPole's 500) the first of two
+        // perfect evaluations is often one that a stop's confirmation then failed.
         let improved = self
             .counters
             .best_eval_return
-            .is_none_or(|b| mean_return > b);
+            .is_none_or(|b| mean_return >= b);
         if improved {
             self.counters.best_eval_return = Some(mean_return);
         }
