@@ -363,3 +363,93 @@ pub fn soft_cross_entropy_backward(
     unsafe { b.launch(row_launch(rows)) }.w()?;
     Ok((storage(out, dev), logits.1.shape().clone()))
 }
+
+/// Board geometry of an unfold: channels, height, width, kernel size.
+pub struct Patches {
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub k: usize,
+}
+
+impl Patches {
+    fn args(&self) -> Result<[i32; 4]> {
+        let all = [self.c, self.h, self.w, self.k];
+        if all.iter().any(|&v| v == 0 || v > i32::MAX as usize) {
+            candle_core::bail!(
+                "unfold: no kernel for {} channels of {}x{} with a {}x{} kernel",
+                self.c,
+                self.h,
+                self.w,
+                self.k,
+                self.k
+            );
+        }
+        Ok(all.map(|v| v as i32))
+    }
+}
+
+/// `[B, C, H, W]` -> `[B, H * W, C * k * k]` patches (f32 or bf16; see `network::unfold`).
+pub fn im2col(
+    x: (&CudaStorage, &Layout),
+    patches: &Patches,
+    out_shape: Shape,
+) -> Result<(CudaStorage, Shape)> {
+    let kernel = match x.0.dtype() {
+        DType::F32 => "cumind_im2col_f32",
+        DType::BF16 => "cumind_im2col_bf16",
+        other => return Err(no_kernel("im2col", other)),
+    };
+    unfold_launch(x, patches, out_shape, kernel)
+}
+
+/// The adjoint of [`im2col`]: `[B, H * W, C * k * k]` -> `[B, C, H, W]`.
+pub fn col2im(
+    cols: (&CudaStorage, &Layout),
+    patches: &Patches,
+    out_shape: Shape,
+) -> Result<(CudaStorage, Shape)> {
+    let kernel = match cols.0.dtype() {
+        DType::F32 => "cumind_col2im_f32",
+        DType::BF16 => "cumind_col2im_bf16",
+        other => return Err(no_kernel("col2im", other)),
+    };
+    unfold_launch(cols, patches, out_shape, kernel)
+}
+
+/// One thread per output element of `out_shape`, reading the contiguous `input`.
+fn unfold_launch(
+    input: (&CudaStorage, &Layout),
+    patches: &Patches,
+    out_shape: Shape,
+    kernel: &str,
+) -> Result<(CudaStorage, Shape)> {
+    let n = out_shape.elem_count();
+    if n > i32::MAX as usize || input.1.shape().elem_count() > i32::MAX as usize {
+        candle_core::bail!("unfold: {n} elements is too many for the 32-bit kernels");
+    }
+    let [c, h, w, k] = patches.args()?;
+    match input.0.dtype() {
+        DType::F32 => launch_unfold::<f32>(input, (c, h, w, k), out_shape, kernel),
+        DType::BF16 => launch_unfold::<bf16>(input, (c, h, w, k), out_shape, kernel),
+        other => Err(no_kernel(kernel, other)),
+    }
+}
+
+fn launch_unfold<T: CudaDType + DeviceRepr>(
+    input: (&CudaStorage, &Layout),
+    (c, h, w, k): (i32, i32, i32, i32),
+    out_shape: Shape,
+    kernel: &str,
+) -> Result<(CudaStorage, Shape)> {
+    let dev = &input.0.device;
+    let iv = view::<T>(input.0, input.1)?;
+    let n = out_shape.elem_count();
+    let out = output::<T>(dev, n)?;
+    let func = dev.get_or_load_custom_func(kernel, MODULE, ptx::FUSED_KERNELS)?;
+    let mut b = func.builder();
+    b.arg(&iv).arg(&out).arg(&c).arg(&h).arg(&w).arg(&k).arg(&n);
+    // SAFETY: the argument list matches the kernel's signature.
+    unsafe { b.launch(elementwise_launch(n)) }.w()?;
+    Ok((storage(out, dev), out_shape))
+}

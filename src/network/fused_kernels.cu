@@ -1,6 +1,7 @@
 // CUDA kernels of the fused ops in fused.rs (f32): layer norm and its backward, bias add and
 // the column sums its backward needs, ReLU and its backward, and the soft-target
-// cross-entropy and its backward. Each computes what the CPU kernel of the same op computes
+// cross-entropy and its backward; and a convolution's patches (im2col) and their adjoint for
+// network::unfold. Each computes what the CPU kernel of the same op computes
 // (fused.rs), so one op (one tensor) replaces the dozen that the written-out forms issue.
 //
 // Row kernels run one warp per row (blockDim = (32, ROWS_PER_BLOCK)): every lane of a warp
@@ -267,4 +268,84 @@ extern "C" __global__ void cumind_soft_cross_entropy_backward_f32(const float *g
     for (int i = threadIdx.x; i < n; i += WARP) {
         o[i] = g * (expf(l[i] - lse) * mass - t[i]);
     }
+}
+
+// A convolution's patches and their adjoint, for a k x k kernel with "same" padding k / 2 and
+// stride 1 (network::unfold). Indices are 32-bit: the caller checks that every tensor has
+// fewer than 2^31 elements. candle's own im2col computes each index with 64-bit divisions,
+// which made it 12 times slower than the matrix product that follows (the H200 profile in
+// docs/benchmarks.md).
+//
+// cols[b, y * w + x, (ci * k + ky) * k + kx] = src[b, ci, y + ky - k / 2, x + kx - k / 2], 0
+// outside the board.
+template <typename T>
+__device__ void im2col(const T *src, T *cols, int c, int h, int w, int k, size_t n) {
+    const int p = k / 2;
+    GRID_STRIDE(i, n) {
+        int r = (int)i;
+        const int kx = r % k;
+        r /= k;
+        const int ky = r % k;
+        r /= k;
+        const int ci = r % c;
+        r /= c;
+        const int x = r % w;
+        r /= w;
+        const int y = r % h;
+        const int b = r / h;
+        const int sy = y + ky - p;
+        const int sx = x + kx - p;
+        cols[i] = (sy >= 0 && sy < h && sx >= 0 && sx < w)
+                      ? src[((b * c + ci) * h + sy) * w + sx]
+                      : narrow<T>(0.0f);
+    }
+}
+
+// The adjoint of im2col: dx[b, ci, y, x] = the sum of the patch entries that copied it,
+// added in a fixed order (ky, kx), so the result does not depend on scheduling.
+template <typename T>
+__device__ void col2im(const T *cols, T *dx, int c, int h, int w, int k, size_t n) {
+    const int kk = k * k;
+    const int p = k / 2;
+    GRID_STRIDE(i, n) {
+        int r = (int)i;
+        const int x = r % w;
+        r /= w;
+        const int y = r % h;
+        r /= h;
+        const int ci = r % c;
+        const int b = r / c;
+        float s = 0.0f;
+        for (int ky = 0; ky < k; ++ky) {
+            const int oy = y - ky + p;
+            if (oy < 0 || oy >= h) {
+                continue;
+            }
+            for (int kx = 0; kx < k; ++kx) {
+                const int ox = x - kx + p;
+                if (ox < 0 || ox >= w) {
+                    continue;
+                }
+                s += widen(cols[((b * h + oy) * w + ox) * c * kk + ci * kk + ky * k + kx]);
+            }
+        }
+        dx[i] = narrow<T>(s);
+    }
+}
+
+extern "C" __global__ void cumind_im2col_f32(const float *src, float *cols, int c, int h, int w,
+                                             int k, size_t n) {
+    im2col<float>(src, cols, c, h, w, k, n);
+}
+extern "C" __global__ void cumind_im2col_bf16(const __nv_bfloat16 *src, __nv_bfloat16 *cols,
+                                              int c, int h, int w, int k, size_t n) {
+    im2col<__nv_bfloat16>(src, cols, c, h, w, k, n);
+}
+extern "C" __global__ void cumind_col2im_f32(const float *cols, float *dx, int c, int h, int w,
+                                             int k, size_t n) {
+    col2im<float>(cols, dx, c, h, w, k, n);
+}
+extern "C" __global__ void cumind_col2im_bf16(const __nv_bfloat16 *cols, __nv_bfloat16 *dx,
+                                              int c, int h, int w, int k, size_t n) {
+    col2im<__nv_bfloat16>(cols, dx, c, h, w, k, n);
 }

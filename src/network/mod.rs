@@ -14,6 +14,7 @@ pub mod mlp;
 pub mod params;
 pub mod projection;
 pub mod search_model;
+pub mod unfold;
 pub mod value_prefix;
 
 use std::borrow::Cow;

@@ -1,0 +1,354 @@
+//! A convolution as patches times a matrix, for CUDA: `im2col` unfolds each k x k
+//! neighbourhood of a board into a row, one cuBLAS product applies the filters, and the
+//! backward pass folds the patches' gradient back (`col2im`).
+//!
+//! candle 0.11 computes a CUDA conv2d the same way, but its im2col kernel derives every index
+//! with 64-bit divisions: on an H200 it took 0.46 ms per convolution of a batch of 1,024
+//! Connect Four boards, 12 times the matrix product (docs/benchmarks.md). The kernels here use
+//! 32-bit indices. The CPU keeps candle's conv2d (`Conv2d::forward` chooses); the CPU
+//! implementations below are what the CUDA kernels are tested against, and they let the tests
+//! check the whole construction against candle's conv2d on any machine.
+
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
+
+use super::fused::{add_bias, fused_kernels};
+use super::layers::cast;
+
+/// Whether convolutions of `x` take this module's path: a CUDA tensor in a `cuda` build with
+/// the fused kernels on, in f32 or bf16, small enough for 32-bit indices.
+pub fn unfolds(x: &Tensor, kernel: usize) -> bool {
+    cfg!(feature = "cuda")
+        && x.device().is_cuda()
+        && fused_kernels()
+        && matches!(x.dtype(), DType::F32 | DType::BF16)
+        && x.rank() == 4
+        && x.elem_count().saturating_mul(kernel * kernel) < i32::MAX as usize
+}
+
+/// A "same" convolution with stride 1, as patches times the filters: `x` `[B, C, H, W]`,
+/// `weight` `[O, C, k, k]` and `bias` `[O]` in `x`'s dtype -> `[B, O, H, W]`.
+pub fn conv2d(x: &Tensor, weight: &Tensor, bias: &Tensor) -> candle_core::Result<Tensor> {
+    let (b, c, h, w) = x.dims4()?;
+    let (o, wc, k, k2) = weight.dims4()?;
+    if wc != c || k != k2 || k % 2 == 0 {
+        candle_core::bail!(
+            "unfolded conv2d: a {o}x{wc}x{k}x{k2} filter for {c} channels (needs a square, odd kernel)"
+        );
+    }
+    let cols = im2col(x, k)?.reshape((b * h * w, c * k * k))?;
+    let filters = cast(weight, x.dtype())?.reshape((o, c * k * k))?;
+    let y = add_bias(&cols.matmul(&filters.t()?)?, &cast(bias, x.dtype())?)?;
+    y.reshape((b, h * w, o))?
+        .transpose(1, 2)?
+        .contiguous()?
+        .reshape((b, o, h, w))
+}
+
+/// `[B, C, H, W]` -> `[B, H * W, C * k * k]`: row `y * W + x` of sample b holds the k x k
+/// neighbourhood of (y, x) in every channel (zero past the edge), channel-major.
+pub fn im2col(x: &Tensor, k: usize) -> candle_core::Result<Tensor> {
+    let (_, c, h, w) = x.dims4()?;
+    x.contiguous()?.apply_op1(Im2Col(Geometry { c, h, w, k }))
+}
+
+/// Channels, height, width and kernel size of an unfold.
+#[derive(Clone, Copy, Debug)]
+struct Geometry {
+    c: usize,
+    h: usize,
+    w: usize,
+    k: usize,
+}
+
+impl Geometry {
+    fn patch_len(&self) -> usize {
+        self.c * self.k * self.k
+    }
+
+    /// The number of samples in an input of `len` board elements (`[B, C, H, W]`) or patch
+    /// elements (`[B, H * W, C * k * k]`), checked against the layout's shape.
+    fn samples(&self, shape: &Shape, per_sample: usize) -> candle_core::Result<usize> {
+        let n = shape.elem_count();
+        if per_sample == 0 || !n.is_multiple_of(per_sample) {
+            candle_core::bail!("unfold: {shape:?} does not fit {self:?}");
+        }
+        Ok(n / per_sample)
+    }
+
+    fn cols_shape(&self, b: usize) -> Shape {
+        Shape::from((b, self.h * self.w, self.patch_len()))
+    }
+
+    fn board_shape(&self, b: usize) -> Shape {
+        Shape::from((b, self.c, self.h, self.w))
+    }
+
+    /// For each patch element of one position (y, x): its source index within one sample's
+    /// board, or None past the edge (row-major over channel, ky, kx).
+    fn sources(&self, y: usize, x: usize) -> impl Iterator<Item = Option<usize>> + '_ {
+        let p = self.k / 2;
+        (0..self.c).flat_map(move |ci| {
+            (0..self.k).flat_map(move |ky| {
+                (0..self.k).map(move |kx| {
+                    let (sy, sx) = ((y + ky).checked_sub(p)?, (x + kx).checked_sub(p)?);
+                    (sy < self.h && sx < self.w).then(|| (ci * self.h + sy) * self.w + sx)
+                })
+            })
+        })
+    }
+}
+
+/// The f32 values of a contiguous f32 or bf16 CPU tensor.
+fn values(storage: &CpuStorage, layout: &Layout) -> candle_core::Result<Vec<f32>> {
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        candle_core::bail!("unfold: input is not contiguous");
+    };
+    match storage {
+        CpuStorage::F32(v) => Ok(v[start..end].to_vec()),
+        CpuStorage::BF16(v) => Ok(v[start..end].iter().map(|x| x.to_f32()).collect()),
+        other => candle_core::bail!("unfold: no kernel for {:?}", other.dtype()),
+    }
+}
+
+/// `values` in `like`'s dtype.
+fn storage_like(values: Vec<f32>, like: &CpuStorage) -> CpuStorage {
+    match like {
+        CpuStorage::BF16(_) => {
+            CpuStorage::BF16(values.into_iter().map(half::bf16::from_f32).collect())
+        }
+        _ => CpuStorage::F32(values),
+    }
+}
+
+struct Im2Col(Geometry);
+
+impl CustomOp1 for Im2Col {
+    fn name(&self) -> &'static str {
+        "cumind-im2col"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let g = self.0;
+        let board = g.c * g.h * g.w;
+        let b = g.samples(l.shape(), board)?;
+        let x = values(s, l)?;
+        let mut cols = Vec::with_capacity(b * g.h * g.w * g.patch_len());
+        for sample in x.chunks_exact(board) {
+            for y in 0..g.h {
+                for xx in 0..g.w {
+                    cols.extend(g.sources(y, xx).map(|i| i.map_or(0.0, |i| sample[i])));
+                }
+            }
+        }
+        Ok((storage_like(cols, s), g.cols_shape(b)))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let g = self.0;
+        let b = g.samples(l.shape(), g.c * g.h * g.w)?;
+        super::fused_cuda::im2col((s, l), &g.into(), g.cols_shape(b))
+    }
+
+    fn bwd(
+        &self,
+        _x: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(grad.contiguous()?.apply_op1(Col2Im(self.0))?))
+    }
+}
+
+/// The adjoint of [`Im2Col`]: each board element gets the sum of the patch entries that
+/// copied it.
+struct Col2Im(Geometry);
+
+impl CustomOp1 for Col2Im {
+    fn name(&self) -> &'static str {
+        "cumind-col2im"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let g = self.0;
+        let per_sample = g.h * g.w * g.patch_len();
+        let b = g.samples(l.shape(), per_sample)?;
+        let cols = values(s, l)?;
+        let board = g.c * g.h * g.w;
+        let mut dx = vec![0f32; b * board];
+        for (sample, out) in cols
+            .chunks_exact(per_sample)
+            .zip(dx.chunks_exact_mut(board))
+        {
+            let mut rows = sample.chunks_exact(g.patch_len());
+            for y in 0..g.h {
+                for xx in 0..g.w {
+                    let row = rows.next().expect("h * w rows per sample");
+                    for (v, i) in row.iter().zip(g.sources(y, xx)) {
+                        if let Some(i) = i {
+                            out[i] += v;
+                        }
+                    }
+                }
+            }
+        }
+        Ok((storage_like(dx, s), g.board_shape(b)))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let g = self.0;
+        let b = g.samples(l.shape(), g.h * g.w * g.patch_len())?;
+        super::fused_cuda::col2im((s, l), &g.into(), g.board_shape(b))
+    }
+
+    fn bwd(
+        &self,
+        _x: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(grad.contiguous()?.apply_op1(Im2Col(self.0))?))
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl From<Geometry> for super::fused_cuda::Patches {
+    fn from(g: Geometry) -> Self {
+        Self {
+            c: g.c,
+            h: g.h,
+            w: g.w,
+            k: g.k,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{Device, Var};
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+
+    fn random(shape: &[usize], seed: u64) -> Tensor {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let n = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+        Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+    }
+
+    fn flat(t: &Tensor) -> Vec<f32> {
+        t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+    }
+
+    fn worst(a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(a.len(), b.len());
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max)
+    }
+
+    /// The unfolded convolution and candle's conv2d, forward and every gradient, on a
+    /// non-square board, for 3x3 and 1x1 kernels.
+    #[test]
+    fn the_unfolded_convolution_equals_candles_conv2d_and_its_gradients() {
+        for (k, seed) in [(3, 1), (1, 2), (5, 3)] {
+            let (b, c, h, w, o) = (3, 4, 5, 6, 7);
+            let x = Var::from_tensor(&random(&[b, c, h, w], seed)).unwrap();
+            let weight = Var::from_tensor(&random(&[o, c, k, k], seed + 10)).unwrap();
+            let bias = Var::from_tensor(&random(&[o], seed + 20)).unwrap();
+            // Every output element carries its own gradient.
+            let mix = random(&[b, o, h, w], seed + 30);
+            let run = |unfolded: bool| {
+                let y = if unfolded {
+                    conv2d(x.as_tensor(), weight.as_tensor(), bias.as_tensor()).unwrap()
+                } else {
+                    x.as_tensor()
+                        .conv2d(weight.as_tensor(), k / 2, 1, 1, 1)
+                        .unwrap()
+                        .broadcast_add(&bias.as_tensor().reshape((1, o, 1, 1)).unwrap())
+                        .unwrap()
+                };
+                let grads = (&y * &mix).unwrap().sum_all().unwrap().backward().unwrap();
+                let g = |v: &Var| flat(grads.get(v.as_tensor()).unwrap());
+                (flat(&y), g(&x), g(&weight), g(&bias))
+            };
+            let (ours, theirs) = (run(true), run(false));
+            assert!(worst(&ours.0, &theirs.0) < 1e-5, "k = {k}: outputs differ");
+            assert!(
+                worst(&ours.1, &theirs.1) < 1e-5,
+                "k = {k}: input gradients differ"
+            );
+            assert!(
+                worst(&ours.2, &theirs.2) < 1e-4,
+                "k = {k}: filter gradients differ"
+            );
+            assert!(
+                worst(&ours.3, &theirs.3) < 1e-4,
+                "k = {k}: bias gradients differ"
+            );
+        }
+    }
+
+    /// A patch row holds the neighbourhood, channel-major, zero past the edge.
+    #[test]
+    fn a_patch_row_is_the_neighbourhood_of_its_position() {
+        // One sample, 2 channels of a 2x3 board with values 0..12.
+        let x = Tensor::arange(0f32, 12.0, &Device::Cpu)
+            .unwrap()
+            .reshape((1, 2, 2, 3))
+            .unwrap();
+        let cols = im2col(&x, 3).unwrap();
+        assert_eq!(cols.dims(), &[1, 6, 18]);
+        // Position (0, 0): rows -1..=1, columns -1..=1 of channel 0, then of channel 1.
+        let row0 = cols
+            .get(0)
+            .unwrap()
+            .get(0)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        #[rustfmt::skip]
+        let expected = [
+            0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 3.0, 4.0,
+            0.0, 0.0, 0.0, 0.0, 6.0, 7.0, 0.0, 9.0, 10.0,
+        ];
+        assert_eq!(row0, expected);
+    }
+
+    /// col2im is im2col's adjoint: <im2col(x), y> = <x, col2im(y)>, also in bf16.
+    #[test]
+    fn col2im_is_the_adjoint_of_im2col() {
+        let g = Geometry {
+            c: 3,
+            h: 4,
+            w: 5,
+            k: 3,
+        };
+        let x = random(&[2, 3, 4, 5], 7);
+        let y = random(&[2, 20, 27], 8);
+        let left = (im2col(&x, 3).unwrap() * &y).unwrap().sum_all().unwrap();
+        let back = y.apply_op1(Col2Im(g)).unwrap();
+        let right = (&x * back).unwrap().sum_all().unwrap();
+        let (l, r) = (
+            left.to_scalar::<f32>().unwrap(),
+            right.to_scalar::<f32>().unwrap(),
+        );
+        assert!((l - r).abs() < 1e-4 * l.abs().max(1.0), "{l} against {r}");
+        let bf = im2col(&x.to_dtype(DType::BF16).unwrap(), 3).unwrap();
+        assert_eq!(bf.dtype(), DType::BF16);
+        let f32_cols = flat(&im2col(&x, 3).unwrap());
+        assert!(worst(&flat(&bf.to_dtype(DType::F32).unwrap()), &f32_cols) < 1e-2);
+    }
+}
