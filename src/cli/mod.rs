@@ -21,6 +21,7 @@ use cumind::trainer::{train, RunOptions};
 mod args;
 mod console;
 mod input;
+mod stop_signal;
 
 pub use args::Cli;
 use args::{
@@ -30,6 +31,7 @@ use args::{
 use console::ConsoleSink;
 use cumind::distributed::Collective;
 use input::{dedicated_flags, explicit_keys, load_agent, warn_ignored_keys};
+use stop_signal::{stop_request, StopRequest};
 
 /// Open `kind` (the only place a device is chosen), as the process's only GPU.
 pub fn open_device(kind: DeviceKind) -> Result<Device> {
@@ -316,19 +318,30 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
+        let first_signal = std::sync::Mutex::new(None);
         // SIGINT (Ctrl-C), SIGTERM (schedulers, containers, systemd) and SIGHUP all stop the
         // run the same way (ctrlc's `termination` feature).
         ctrlc::set_handler(move || {
-            if stop.swap(true, Ordering::SeqCst) {
-                eprintln!(
-                    "second stop signal: exiting now; the last complete checkpoint stays the latest"
-                );
-                std::process::exit(130);
+            let now = Instant::now();
+            let mut first = first_signal.lock().unwrap_or_else(|e| e.into_inner());
+            match stop_request(*first, now) {
+                StopRequest::Stop => {
+                    *first = Some(now);
+                    stop.store(true, Ordering::SeqCst);
+                    eprintln!(
+                        "stop signal (SIGINT, SIGTERM or SIGHUP): finishing the current step and \
+                         saving a checkpoint (send another to exit at once)"
+                    );
+                }
+                StopRequest::Same => {}
+                StopRequest::ExitNow => {
+                    eprintln!(
+                        "second stop signal: exiting now; the last complete checkpoint stays the \
+                         latest"
+                    );
+                    std::process::exit(130);
+                }
             }
-            eprintln!(
-                "stop signal (SIGINT, SIGTERM or SIGHUP): finishing the current step and saving a \
-                 checkpoint (send another to exit at once)"
-            );
         })
         .context("cannot install the signal handler")?;
     }
