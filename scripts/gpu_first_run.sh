@@ -18,7 +18,8 @@
 #   04 f32 vs bf16 on CUDA at batch 16, 256, 1024, 4096, on the GPU preset
 #      agents/connect4_gpu.json (conv ResNet, batch 1024, 256 environments), and the CPU of the
 #      same host at batch 16 and 256 with fewer repetitions (larger batches of this network
-#      took over 100 s on the 16 cores of the first GPU host)
+#      took over 100 s on the 16 cores of the first GPU host); with ncu installed, each
+#      kernel's time over a small search of that network
 #   05 a short CUDA training run on CartPole (the defaults) whose losses must fall
 #   06 the same checkpoint evaluated on the CPU and on CUDA
 #   07 with 2+ GPUs: training with --num-devices N, and scripts/benchmark_gpu.sh (1..N GPUs)
@@ -110,6 +111,19 @@ step 04-cuda-f32-vs-bf16 "$BIN" "${FALLBACK[@]}" --config agents/connect4_gpu.js
   --dtypes float32,bfloat16 --batch-sizes 16,256,1024,4096 --out "$OUT_DIR/04-cuda.json"
 step 04-cpu-same-host "$BIN" --config agents/connect4_gpu.json benchmark --device cpu \
   --dtypes float32 --batch-sizes 16,256 --repetitions 3 --warmup 1 --out "$OUT_DIR/04-cpu.json"
+
+# Where the conv net's kernel time goes, when Nsight Compute is installed: each kernel's
+# total time over a 2-simulation search of 1,024 boards (about 1,000 launches; the second GPU
+# session found candle's im2col and the written-out plane norm this way).
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
+if [ -n "$NCU" ]; then
+  step 04-kernel-profile "$NCU" --metrics gpu__time_duration.sum --print-summary per-kernel \
+    "$BIN" "${FALLBACK[@]}" --config agents/connect4_gpu.json --set mcts.num_simulations=2 benchmark \
+    --device cuda --dtypes float32 --batch-sizes 1024 --repetitions 1 --warmup 0 --no-training \
+    --out "$OUT_DIR/04-kernel-profile.json"
+else
+  echo "== 04-kernel-profile skipped: ncu (Nsight Compute) not found"
+fi
 
 RUN=gpu-first-run-$$
 step 05-cuda-training "$BIN" "${FALLBACK[@]}" --set other.run_name="$RUN" --set training.checkpoint_root_dir="$OUT_DIR/checkpoints" \
