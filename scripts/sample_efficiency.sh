@@ -22,6 +22,12 @@ bin=${CUMIND:-$repo/target/release/cumind}
 if [ ! -x "$bin" ]; then
   cargo build --release
 fi
+if ! version=$("$bin" --version 2>&1); then
+  echo "sample_efficiency.sh: $bin does not run: $version" >&2
+  echo "(a \`cuda\` build needs the NVIDIA driver's libcuda; build the CPU binary with" \
+    "\`cargo build --release\` or point CUMIND at one)" >&2
+  exit 1
+fi
 preset=${PRESET:-$repo/agents/cartpole_sample_efficient.json}
 seeds=${SEEDS:-1 2 3}
 jobs=${JOBS:-1}
@@ -40,7 +46,8 @@ one() {
 }
 export -f one
 export bin preset out
-printf '%s\n' $seeds | xargs -P "$jobs" -I{} bash -c 'one "$@"' _ {} "$@"
+# A failed run is reported in the table below (no stop line, no evaluation), not here.
+printf '%s\n' $seeds | xargs -P "$jobs" -I{} bash -c 'one "$@"' _ {} "$@" || true
 
 first() { awk -v t="$2" '/^eval @/ { if ($12 + 0 >= t) { print $3; exit } }' "$1"; }
 printf '%-6s %-10s %-10s %-28s %s\n' seed "200 at" "475 at" "stopped at" "cumind eval"
@@ -54,7 +61,8 @@ for seed in $seeds; do
   case $line in
     *stop_return*) stop="$steps (confirmed evaluation)" ;;
     *max_env_steps*) stop="$steps (budget)" ;;
-    *) stop="${steps:-?} (${line:-no stop line})" ;;
+    "") stop="failed: see seed-$seed.log" ;;
+    *) stop="${steps:-?} ($line)" ;;
   esac
   printf '%-6s %-10s %-10s %-28s %s\n' "$seed" "${f200:-never}" "${f475:-never}" "$stop" "${mean:-?}"
 done | tee "$out/summary.txt"
