@@ -17,6 +17,7 @@ use cumind::network::MuZeroNetwork;
 use cumind::replay::{Batch, ReplayBuffer};
 use cumind::testing::games::{replay_config, RandomGame};
 use cumind::testing::specs::tiny_spec;
+use cumind::testing::tensors::{uniform, values};
 use cumind::train::learner::{Learner, LearnerConfig};
 use cumind::train::loss::unrolled_loss;
 use cumind::Config;
@@ -52,15 +53,6 @@ fn batch(observation_shape: &[usize], num_actions: usize, size: usize) -> Batch 
     replay.sample(size, &mut rng).unwrap()
 }
 
-fn host(t: &Tensor) -> Vec<f32> {
-    t.to_dtype(DType::F32)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap()
-}
-
 /// Largest |a - b| / (1 + |b|) over two equally long vectors.
 fn worst_relative(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
@@ -87,7 +79,7 @@ fn loss_and_gradients_agree(observation_shape: Vec<usize>, num_actions: usize) {
     let targets = batch.target_values.clone();
     let cpu_loss = unrolled_loss(&cpu_net, &batch, &targets, 0.25).unwrap();
     let gpu_loss = unrolled_loss(&gpu_net, &batch, &targets, 0.25).unwrap();
-    let (c, g) = (host(&cpu_loss.total)[0], host(&gpu_loss.total)[0]);
+    let (c, g) = (values(&cpu_loss.total)[0], values(&gpu_loss.total)[0]);
     assert!(
         (c - g).abs() <= 1e-4 * (1.0 + c.abs()),
         "loss: cpu {c}, cuda {g}"
@@ -101,7 +93,7 @@ fn loss_and_gradients_agree(observation_shape: Vec<usize>, num_actions: usize) {
         let gg = gpu_grads.get(gpu_var.as_tensor());
         match (cg, gg) {
             (Some(cg), Some(gg)) => {
-                let worst = worst_relative(&host(gg), &host(cg));
+                let worst = worst_relative(&values(gg), &values(cg));
                 assert!(
                     worst < 1e-3,
                     "gradient of {name}: cpu vs cuda differ by {worst}"
@@ -134,7 +126,7 @@ fn learner_config() -> LearnerConfig {
 fn weights(net: &MuZeroNetwork) -> Vec<f32> {
     net.params()
         .named()
-        .flat_map(|(_, v)| host(v.as_tensor()))
+        .flat_map(|(_, v)| values(v.as_tensor()))
         .collect()
 }
 
@@ -209,14 +201,7 @@ fn fused_kernels_match_the_cpu_forward_and_backward() {
     use candle_core::Var;
     use cumind::network::fused::{add_bias, layer_norm, relu, soft_cross_entropy};
     let cuda = gpu(0);
-    let random = |rows: usize, cols: usize, seed: u64| {
-        use rand::Rng;
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let v: Vec<f32> = (0..rows * cols)
-            .map(|_| rng.random_range(-2.0..2.0))
-            .collect();
-        Tensor::from_vec(v, (rows, cols), &Device::Cpu).unwrap()
-    };
+    let random = |rows: usize, cols: usize, seed: u64| uniform(&[rows, cols], 2.0, seed);
     for (rows, cols) in [(1, 1), (5, 3), (37, 70), (768, 64), (300, 1030)] {
         // Two extra rows in front: the op's input is a view at an offset.
         let x = random(rows + 2, cols, 1);
@@ -267,9 +252,9 @@ fn fused_kernels_match_the_cpu_forward_and_backward() {
                 let grads = loss.backward().unwrap();
                 let grads: Vec<Option<Vec<f32>>> = vars
                     .iter()
-                    .map(|v| grads.get(v.as_tensor()).map(host))
+                    .map(|v| grads.get(v.as_tensor()).map(values))
                     .collect();
-                (host(&out), grads)
+                (values(&out), grads)
             };
             let (cpu_out, cpu_grads) = run(&Device::Cpu);
             let (gpu_out, gpu_grads) = run(&cuda);
@@ -305,13 +290,7 @@ fn the_unfolded_convolution_matches_the_cpu() {
     use candle_core::Var;
     use cumind::network::unfold::conv2d;
     let cuda = gpu(0);
-    let random = |shape: &[usize], seed: u64| {
-        use rand::Rng;
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let n = shape.iter().product();
-        let v: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
-        Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
-    };
+    let random = |shape: &[usize], seed: u64| uniform(shape, 1.0, seed);
     for (b, c, h, w, o, k) in [
         (2, 5, 6, 7, 3, 3),
         (3, 9, 3, 3, 2, 1),
@@ -339,9 +318,9 @@ fn the_unfolded_convolution_matches_the_cpu() {
                 let grads = loss.backward().unwrap();
                 let grads: Vec<Vec<f32>> = vars
                     .iter()
-                    .map(|v| host(grads.get(v.as_tensor()).expect("a gradient")))
+                    .map(|v| values(grads.get(v.as_tensor()).expect("a gradient")))
                     .collect();
-                (host(&y), grads)
+                (values(&y), grads)
             };
             let (cpu_out, cpu_grads) = run(&Device::Cpu, DType::F32);
             let (gpu_out, gpu_grads) = run(&cuda, dtype);

@@ -321,28 +321,10 @@ impl ConvPrediction {
 
 #[cfg(test)]
 mod tests {
-    use candle_core::{Device, Var};
-    use rand::{Rng, SeedableRng};
+    use candle_core::Var;
 
     use super::*;
-
-    fn random(shape: &[usize], seed: u64) -> Tensor {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let n = shape.iter().product();
-        let v: Vec<f32> = (0..n).map(|_| rng.random_range(-2.0..2.0)).collect();
-        Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
-    }
-
-    fn flat(t: &Tensor) -> Vec<f32> {
-        t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
-    }
-
-    fn worst(a: &[f32], b: &[f32]) -> f32 {
-        a.iter()
-            .zip(b)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0, f32::max)
-    }
+    use crate::testing::tensors::{max_abs_difference, uniform, values};
 
     /// CUDA's fused plane norm (a layer norm over C * H * W with the channel's scale and shift
     /// spread over the board) computes the written-out one, forward and every gradient; run
@@ -350,14 +332,14 @@ mod tests {
     #[test]
     fn the_fused_plane_norm_equals_the_written_out_one_and_its_gradients() {
         let (b, c, h, w) = (3, 4, 5, 6);
-        let x = Var::from_tensor(&random(&[b, c, h, w], 1)).unwrap();
-        let gamma = Var::from_tensor(&random(&[c], 2)).unwrap();
-        let beta = Var::from_tensor(&random(&[c], 3)).unwrap();
+        let x = Var::from_tensor(&uniform(&[b, c, h, w], 2.0, 1)).unwrap();
+        let gamma = Var::from_tensor(&uniform(&[c], 2.0, 2)).unwrap();
+        let beta = Var::from_tensor(&uniform(&[c], 2.0, 3)).unwrap();
         let norm = PlaneNorm {
             gamma: gamma.as_tensor().clone(),
             beta: beta.as_tensor().clone(),
         };
-        let mix = random(&[b, c, h, w], 4);
+        let mix = uniform(&[b, c, h, w], 2.0, 4);
         let run = |fused: bool| {
             let y = if fused {
                 norm.forward_fused(x.as_tensor()).unwrap()
@@ -365,15 +347,27 @@ mod tests {
                 norm.forward(x.as_tensor()).unwrap()
             };
             let grads = (&y * &mix).unwrap().sum_all().unwrap().backward().unwrap();
-            let g = |v: &Var| flat(grads.get(v.as_tensor()).unwrap());
-            (flat(&y), g(&x), g(&gamma), g(&beta))
+            let g = |v: &Var| values(grads.get(v.as_tensor()).unwrap());
+            (values(&y), g(&x), g(&gamma), g(&beta))
         };
         let (ours, theirs) = (run(true), run(false));
-        assert!(worst(&ours.0, &theirs.0) < 1e-5, "outputs differ");
-        assert!(worst(&ours.1, &theirs.1) < 1e-4, "input gradients differ");
-        assert!(worst(&ours.2, &theirs.2) < 1e-4, "scale gradients differ");
-        assert!(worst(&ours.3, &theirs.3) < 1e-4, "shift gradients differ");
+        assert!(
+            max_abs_difference(&ours.0, &theirs.0) < 1e-5,
+            "outputs differ"
+        );
+        assert!(
+            max_abs_difference(&ours.1, &theirs.1) < 1e-4,
+            "input gradients differ"
+        );
+        assert!(
+            max_abs_difference(&ours.2, &theirs.2) < 1e-4,
+            "scale gradients differ"
+        );
+        assert!(
+            max_abs_difference(&ours.3, &theirs.3) < 1e-4,
+            "shift gradients differ"
+        );
         // The scale matters: a plane norm is not the identity on these values.
-        assert!(worst(&ours.0, &flat(x.as_tensor())) > 0.1);
+        assert!(max_abs_difference(&ours.0, &values(x.as_tensor())) > 0.1);
     }
 }

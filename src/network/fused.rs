@@ -86,7 +86,7 @@ pub fn fusable_elementwise(tensors: &[&Tensor]) -> bool {
 }
 
 /// The elements of a contiguous f32 or bf16 CPU tensor as f32 (bf16 widened, a copy).
-fn widened<'a>(
+pub(crate) fn widened<'a>(
     storage: &'a CpuStorage,
     layout: &Layout,
 ) -> candle_core::Result<std::borrow::Cow<'a, [f32]>> {
@@ -101,7 +101,7 @@ fn widened<'a>(
 }
 
 /// `values` as a CPU storage of `like`'s dtype (f32, or bf16 rounded once).
-fn narrowed(values: Vec<f32>, like: &CpuStorage) -> CpuStorage {
+pub(crate) fn narrowed(values: Vec<f32>, like: &CpuStorage) -> CpuStorage {
     match like {
         CpuStorage::BF16(_) => {
             CpuStorage::BF16(values.into_iter().map(half::bf16::from_f32).collect())
@@ -689,15 +689,8 @@ impl CustomOp3 for SoftCrossEntropyBackward {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::tensors::uniform;
     use candle_core::{Device, Var};
-    use rand::{Rng, SeedableRng};
-
-    fn random(shape: &[usize], scale: f32, seed: u64) -> Tensor {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let n: usize = shape.iter().product();
-        let data: Vec<f32> = (0..n).map(|_| rng.random_range(-scale..scale)).collect();
-        Tensor::from_vec(data, shape, &Device::Cpu).unwrap()
-    }
 
     fn close(a: &Tensor, b: &Tensor, tol: f32, what: &str) {
         assert_eq!(a.dims(), b.dims(), "{what}: shapes");
@@ -721,7 +714,7 @@ mod tests {
         let ts: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
         let out = f(&ts);
         let mut result = vec![out.to_dtype(DType::F32).unwrap()];
-        let weights = random(out.dims(), 1.0, 99).to_dtype(DType::F64).unwrap();
+        let weights = uniform(out.dims(), 1.0, 99).to_dtype(DType::F64).unwrap();
         let grads = (out * weights)
             .unwrap()
             .sum_all()
@@ -759,7 +752,7 @@ mod tests {
         let ts: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
         let out = f(&ts);
         let mut result = vec![out.to_dtype(DType::F32).unwrap()];
-        let weights = random(out.dims(), 1.0, 99).to_dtype(out.dtype()).unwrap();
+        let weights = uniform(out.dims(), 1.0, 99).to_dtype(out.dtype()).unwrap();
         let grads = (out * weights)
             .unwrap()
             .sum_all()
@@ -781,9 +774,9 @@ mod tests {
     #[test]
     fn layer_norm_matches_the_written_out_ops_forward_and_backward() {
         let inputs = [
-            random(&[7, 12], 3.0, 1),
-            (random(&[12], 0.5, 2) + 1.0).unwrap(),
-            random(&[12], 0.5, 3),
+            uniform(&[7, 12], 3.0, 1),
+            (uniform(&[12], 0.5, 2) + 1.0).unwrap(),
+            uniform(&[12], 0.5, 3),
         ];
         let f = |t: &[Tensor]| layer_norm(&t[0], &t[1], &t[2], 1e-5).unwrap();
         let got = fused(f, &inputs, &[true, true, true]);
@@ -795,7 +788,7 @@ mod tests {
 
     #[test]
     fn layer_norm_of_a_strided_input_is_made_contiguous_first() {
-        let x = random(&[12, 7], 2.0, 4).t().unwrap();
+        let x = uniform(&[12, 7], 2.0, 4).t().unwrap();
         let gamma = Tensor::ones(12, DType::F32, &Device::Cpu).unwrap();
         let beta = Tensor::zeros(12, DType::F32, &Device::Cpu).unwrap();
         let got = layer_norm(&x, &gamma, &beta, 1e-5).unwrap();
@@ -816,7 +809,7 @@ mod tests {
 
     #[test]
     fn bias_add_matches_broadcast_add_forward_and_backward() {
-        let inputs = [random(&[9, 5], 2.0, 5), random(&[5], 1.0, 6)];
+        let inputs = [uniform(&[9, 5], 2.0, 5), uniform(&[5], 1.0, 6)];
         let f = |t: &[Tensor]| add_bias(&t[0], &t[1]).unwrap();
         let got = fused(f, &inputs, &[true, true]);
         let want = reference(f, &inputs);
@@ -828,8 +821,8 @@ mod tests {
     #[test]
     fn soft_cross_entropy_matches_log_softmax_forward_and_backward() {
         // Targets that are distributions, and a row of zeros (a masked step).
-        let logits = random(&[6, 5], 4.0, 7);
-        let raw = random(&[6, 5], 1.0, 8).abs().unwrap();
+        let logits = uniform(&[6, 5], 4.0, 7);
+        let raw = uniform(&[6, 5], 1.0, 8).abs().unwrap();
         let targets = raw.broadcast_div(&raw.sum_keepdim(1).unwrap()).unwrap();
         let mask = Tensor::new(&[1f32, 1.0, 0.0, 1.0, 1.0, 1.0], &Device::Cpu)
             .unwrap()
@@ -843,7 +836,7 @@ mod tests {
         close(&got[0], &want[0], 1e-5, "loss");
         close(&got[1], &want[1], 1e-5, "dlogits");
         // Large logits stay finite (the log-sum-exp is shifted by the row maximum).
-        let big = (random(&[2, 5], 1.0, 9) * 500.0).unwrap();
+        let big = (uniform(&[2, 5], 1.0, 9) * 500.0).unwrap();
         let t = Tensor::full(0.2f32, (2, 5), &Device::Cpu).unwrap();
         let loss = soft_cross_entropy(&big, &t)
             .unwrap()
@@ -865,7 +858,7 @@ mod tests {
 
     #[test]
     fn other_dtypes_take_the_written_out_path() {
-        let x = random(&[3, 4], 1.0, 10).to_dtype(DType::BF16).unwrap();
+        let x = uniform(&[3, 4], 1.0, 10).to_dtype(DType::BF16).unwrap();
         assert!(!fusable(&[&x]));
         let b = Tensor::ones(4, DType::BF16, &Device::Cpu).unwrap();
         let y = add_bias(&x, &b).unwrap();
@@ -881,8 +874,8 @@ mod tests {
     #[test]
     fn bf16_bias_add_and_relu_match_the_written_out_ops_forward_and_backward() {
         let half = |t: Tensor| t.to_dtype(DType::BF16).unwrap();
-        let x = half(random(&[9, 5], 2.0, 7));
-        let b = half(random(&[5], 1.0, 8));
+        let x = half(uniform(&[9, 5], 2.0, 7));
+        let b = half(uniform(&[5], 1.0, 8));
         // Output and every input's gradient computed in bf16 (cast to f32 for comparison).
         let bias = |t: &[Tensor]| add_bias(&t[0], &t[1]).unwrap();
         let inputs = [x.clone(), b];
@@ -903,9 +896,9 @@ mod tests {
 
     #[test]
     fn a_bf16_layer_norm_through_the_f32_kernel_equals_the_written_out_ops() {
-        let x = random(&[5, 7], 2.0, 11).to_dtype(DType::BF16).unwrap();
-        let gamma = random(&[7], 1.0, 12);
-        let beta = random(&[7], 1.0, 13);
+        let x = uniform(&[5, 7], 2.0, 11).to_dtype(DType::BF16).unwrap();
+        let gamma = uniform(&[7], 1.0, 12);
+        let beta = uniform(&[7], 1.0, 13);
         let written_out = |x: &Tensor| {
             let x = x.to_dtype(DType::F32).unwrap();
             let mean = x.mean_keepdim(D::Minus1).unwrap();

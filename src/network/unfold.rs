@@ -9,10 +9,9 @@
 //! implementations below are what the CUDA kernels are tested against, and they let the tests
 //! check the whole construction against candle's conv2d on any machine.
 
-use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
 
-use super::fused::{add_bias, fused_kernels};
+use super::fused::{add_bias, fused_kernels, narrowed, widened};
 use super::layers::cast;
 
 /// Whether convolutions of `x` take this module's path: a CUDA tensor in a `cuda` build with
@@ -99,28 +98,6 @@ impl Geometry {
     }
 }
 
-/// The f32 values of a contiguous f32 or bf16 CPU tensor.
-fn values(storage: &CpuStorage, layout: &Layout) -> candle_core::Result<Vec<f32>> {
-    let Some((start, end)) = layout.contiguous_offsets() else {
-        candle_core::bail!("unfold: input is not contiguous");
-    };
-    match storage {
-        CpuStorage::F32(v) => Ok(v[start..end].to_vec()),
-        CpuStorage::BF16(v) => Ok(v[start..end].iter().map(|x| x.to_f32()).collect()),
-        other => candle_core::bail!("unfold: no kernel for {:?}", other.dtype()),
-    }
-}
-
-/// `values` in `like`'s dtype.
-fn storage_like(values: Vec<f32>, like: &CpuStorage) -> CpuStorage {
-    match like {
-        CpuStorage::BF16(_) => {
-            CpuStorage::BF16(values.into_iter().map(half::bf16::from_f32).collect())
-        }
-        _ => CpuStorage::F32(values),
-    }
-}
-
 struct Im2Col(Geometry);
 
 impl CustomOp1 for Im2Col {
@@ -132,7 +109,7 @@ impl CustomOp1 for Im2Col {
         let g = self.0;
         let board = g.c * g.h * g.w;
         let b = g.samples(l.shape(), board)?;
-        let x = values(s, l)?;
+        let x = widened(s, l)?;
         let mut cols = Vec::with_capacity(b * g.h * g.w * g.patch_len());
         for sample in x.chunks_exact(board) {
             for y in 0..g.h {
@@ -141,7 +118,7 @@ impl CustomOp1 for Im2Col {
                 }
             }
         }
-        Ok((storage_like(cols, s), g.cols_shape(b)))
+        Ok((narrowed(cols, s), g.cols_shape(b)))
     }
 
     #[cfg(feature = "cuda")]
@@ -178,7 +155,7 @@ impl CustomOp1 for Col2Im {
         let g = self.0;
         let per_sample = g.h * g.w * g.patch_len();
         let b = g.samples(l.shape(), per_sample)?;
-        let cols = values(s, l)?;
+        let cols = widened(s, l)?;
         let board = g.c * g.h * g.w;
         let mut dx = vec![0f32; b * board];
         for (sample, out) in cols
@@ -197,7 +174,7 @@ impl CustomOp1 for Col2Im {
                 }
             }
         }
-        Ok((storage_like(dx, s), g.board_shape(b)))
+        Ok((narrowed(dx, s), g.board_shape(b)))
     }
 
     #[cfg(feature = "cuda")]
@@ -236,28 +213,9 @@ impl From<Geometry> for super::fused_cuda::Patches {
 #[cfg(test)]
 mod tests {
     use candle_core::{Device, Var};
-    use rand::{Rng, SeedableRng};
 
     use super::*;
-
-    fn random(shape: &[usize], seed: u64) -> Tensor {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let n = shape.iter().product();
-        let v: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
-        Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
-    }
-
-    fn flat(t: &Tensor) -> Vec<f32> {
-        t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
-    }
-
-    fn worst(a: &[f32], b: &[f32]) -> f32 {
-        assert_eq!(a.len(), b.len());
-        a.iter()
-            .zip(b)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0, f32::max)
-    }
+    use crate::testing::tensors::{max_abs_difference, uniform, values};
 
     /// The unfolded convolution and candle's conv2d, forward and every gradient, on a
     /// non-square board, for 3x3 and 1x1 kernels.
@@ -265,11 +223,11 @@ mod tests {
     fn the_unfolded_convolution_equals_candles_conv2d_and_its_gradients() {
         for (k, seed) in [(3, 1), (1, 2), (5, 3)] {
             let (b, c, h, w, o) = (3, 4, 5, 6, 7);
-            let x = Var::from_tensor(&random(&[b, c, h, w], seed)).unwrap();
-            let weight = Var::from_tensor(&random(&[o, c, k, k], seed + 10)).unwrap();
-            let bias = Var::from_tensor(&random(&[o], seed + 20)).unwrap();
+            let x = Var::from_tensor(&uniform(&[b, c, h, w], 1.0, seed)).unwrap();
+            let weight = Var::from_tensor(&uniform(&[o, c, k, k], 1.0, seed + 10)).unwrap();
+            let bias = Var::from_tensor(&uniform(&[o], 1.0, seed + 20)).unwrap();
             // Every output element carries its own gradient.
-            let mix = random(&[b, o, h, w], seed + 30);
+            let mix = uniform(&[b, o, h, w], 1.0, seed + 30);
             let run = |unfolded: bool| {
                 let y = if unfolded {
                     conv2d(x.as_tensor(), weight.as_tensor(), bias.as_tensor()).unwrap()
@@ -281,21 +239,24 @@ mod tests {
                         .unwrap()
                 };
                 let grads = (&y * &mix).unwrap().sum_all().unwrap().backward().unwrap();
-                let g = |v: &Var| flat(grads.get(v.as_tensor()).unwrap());
-                (flat(&y), g(&x), g(&weight), g(&bias))
+                let g = |v: &Var| values(grads.get(v.as_tensor()).unwrap());
+                (values(&y), g(&x), g(&weight), g(&bias))
             };
             let (ours, theirs) = (run(true), run(false));
-            assert!(worst(&ours.0, &theirs.0) < 1e-5, "k = {k}: outputs differ");
             assert!(
-                worst(&ours.1, &theirs.1) < 1e-5,
+                max_abs_difference(&ours.0, &theirs.0) < 1e-5,
+                "k = {k}: outputs differ"
+            );
+            assert!(
+                max_abs_difference(&ours.1, &theirs.1) < 1e-5,
                 "k = {k}: input gradients differ"
             );
             assert!(
-                worst(&ours.2, &theirs.2) < 1e-4,
+                max_abs_difference(&ours.2, &theirs.2) < 1e-4,
                 "k = {k}: filter gradients differ"
             );
             assert!(
-                worst(&ours.3, &theirs.3) < 1e-4,
+                max_abs_difference(&ours.3, &theirs.3) < 1e-4,
                 "k = {k}: bias gradients differ"
             );
         }
@@ -336,8 +297,8 @@ mod tests {
             w: 5,
             k: 3,
         };
-        let x = random(&[2, 3, 4, 5], 7);
-        let y = random(&[2, 20, 27], 8);
+        let x = uniform(&[2, 3, 4, 5], 1.0, 7);
+        let y = uniform(&[2, 20, 27], 1.0, 8);
         let left = (im2col(&x, 3).unwrap() * &y).unwrap().sum_all().unwrap();
         let back = y.apply_op1(Col2Im(g)).unwrap();
         let right = (&x * back).unwrap().sum_all().unwrap();
@@ -348,7 +309,7 @@ mod tests {
         assert!((l - r).abs() < 1e-4 * l.abs().max(1.0), "{l} against {r}");
         let bf = im2col(&x.to_dtype(DType::BF16).unwrap(), 3).unwrap();
         assert_eq!(bf.dtype(), DType::BF16);
-        let f32_cols = flat(&im2col(&x, 3).unwrap());
-        assert!(worst(&flat(&bf.to_dtype(DType::F32).unwrap()), &f32_cols) < 1e-2);
+        let f32_cols = values(&im2col(&x, 3).unwrap());
+        assert!(max_abs_difference(&values(&bf.to_dtype(DType::F32).unwrap()), &f32_cols) < 1e-2);
     }
 }

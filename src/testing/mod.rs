@@ -6,3 +6,4 @@ pub mod learner;
 pub mod models;
 pub mod specs;
 pub mod take_away;
+pub mod tensors;
