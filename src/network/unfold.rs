@@ -215,7 +215,7 @@ mod tests {
     use candle_core::{Device, Var};
 
     use super::*;
-    use crate::testing::tensors::{max_abs_difference, uniform, values};
+    use crate::testing::tensors::{assert_close, max_abs_difference, uniform, values};
 
     /// The unfolded convolution and candle's conv2d, forward and every gradient, on a
     /// non-square board, for 3x3 and 1x1 kernels.
@@ -243,21 +243,24 @@ mod tests {
                 (values(&y), g(&x), g(&weight), g(&bias))
             };
             let (ours, theirs) = (run(true), run(false));
-            assert!(
-                max_abs_difference(&ours.0, &theirs.0) < 1e-5,
-                "k = {k}: outputs differ"
+            assert_close(&ours.0, &theirs.0, 1e-5, &format!("k = {k}: outputs"));
+            assert_close(
+                &ours.1,
+                &theirs.1,
+                1e-5,
+                &format!("k = {k}: input gradients"),
             );
-            assert!(
-                max_abs_difference(&ours.1, &theirs.1) < 1e-5,
-                "k = {k}: input gradients differ"
+            assert_close(
+                &ours.2,
+                &theirs.2,
+                1e-4,
+                &format!("k = {k}: filter gradients"),
             );
-            assert!(
-                max_abs_difference(&ours.2, &theirs.2) < 1e-4,
-                "k = {k}: filter gradients differ"
-            );
-            assert!(
-                max_abs_difference(&ours.3, &theirs.3) < 1e-4,
-                "k = {k}: bias gradients differ"
+            assert_close(
+                &ours.3,
+                &theirs.3,
+                1e-4,
+                &format!("k = {k}: bias gradients"),
             );
         }
     }

@@ -28,3 +28,12 @@ pub fn max_abs_difference(a: &[f32], b: &[f32]) -> f32 {
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
 }
+
+/// Asserts that no |a_i - b_i| reaches `tolerance`, naming `what` and the largest difference.
+pub fn assert_close(a: &[f32], b: &[f32], tolerance: f32, what: &str) {
+    let difference = max_abs_difference(a, b);
+    assert!(
+        difference < tolerance,
+        "{what} differ by {difference} (tolerance {tolerance})"
+    );
+}
