@@ -86,7 +86,7 @@ fn synchronous_training_is_reproducible_for_a_seed() {
 
 /// Reanalyse runs one step ahead on a worker thread beside the learner: the run is still
 /// reproducible for a seed, and every training step's batch was reanalysed (half of its 64
-/// rows, each with at least the position it starts from).
+/// rows, each with at least the position it starts from). With `reanalyse_write_back` too.
 #[test]
 fn reanalyse_beside_the_learner_searches_every_batch_and_is_reproducible() {
     let config = catch_config(&[
@@ -112,6 +112,15 @@ fn reanalyse_beside_the_learner_searches_every_batch_and_is_reproducible() {
     assert_eq!(steps_a, steps_b);
     assert_eq!(returns_a, returns_b);
     assert_eq!(weights_a, weights_b);
+
+    // Writing the searched targets back into the memory changes what the unsearched rows
+    // train on, so the run differs, and it stays reproducible.
+    let mut write_back = config.clone();
+    write_back.training.reanalyse_write_back = true;
+    let (steps_c, weights_c, returns_c) = fingerprint(&write_back);
+    assert_eq!(steps_c, steps_a);
+    assert_ne!(weights_c, weights_a, "writing back changed nothing");
+    assert_eq!((steps_c, weights_c, returns_c), fingerprint(&write_back));
 }
 
 #[test]

@@ -144,6 +144,7 @@ impl Config {
             for key in [
                 "training.reanalyse_simulations",
                 "training.reanalyse_network",
+                "training.reanalyse_write_back",
             ] {
                 add(
                     key,

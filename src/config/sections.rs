@@ -142,12 +142,16 @@ pub struct TrainingConfig {
     /// Training steps per environment step (the replay ratio).
     pub train_ratio: f64,
     /// Fraction of each sampled batch whose policy targets are recomputed by a fresh search
-    /// with the target network (MuZero Reanalyse; 0: off).
+    /// with a fresh search (MuZero Reanalyse; 0: off).
     pub reanalyse_fraction: f64,
     /// Simulations of a reanalyse search (0: `mcts.num_simulations`).
     pub reanalyse_simulations: usize,
     /// The network reanalyse searches with.
     pub reanalyse_network: ReanalyseNetwork,
+    /// Store each reanalysed policy target in the replay memory in place of the one the game
+    /// was played with, so positions sampled later without a search of their own train on the
+    /// newest target (MuZero Reanalyse keeps its targets this way).
+    pub reanalyse_write_back: bool,
     /// Linear learning-rate warm-up, in training steps.
     pub lr_warmup_steps: usize,
     /// The learning rate decays (cosine) to this fraction of its peak by the end of the run.

@@ -65,6 +65,10 @@ pub struct Batch {
     pub unroll_observations: Vec<f32>,
     /// `[B * (K+1)]` 1 where the observation at `t+k` exists (`t+k <= T`), else 0.
     pub observation_mask: Vec<f32>,
+    /// `[B]` the symmetry row `b` is seen through: 0 as played, `s` the replay memory's
+    /// `symmetries[s - 1]` (what writing a reanalysed target back has to undo).
+    #[serde(default)]
+    pub symmetries: Vec<usize>,
 }
 
 impl Batch {
@@ -90,6 +94,7 @@ impl Batch {
             bootstrap_observations: vec![0.0; rows * obs_len],
             unroll_observations: vec![0.0; rows * obs_len],
             observation_mask: vec![0.0; rows],
+            symmetries: vec![0; batch_size],
         }
     }
 
@@ -131,6 +136,7 @@ impl Batch {
                             [lo * steps * o..hi * steps * o]
                             .to_vec(),
                         observation_mask: self.observation_mask[lo * steps..hi * steps].to_vec(),
+                        symmetries: self.symmetries[lo..hi].to_vec(),
                     }
                 })
                 .collect(),
@@ -188,5 +194,6 @@ mod tests {
         joined!(bootstrap_observations);
         joined!(unroll_observations);
         joined!(observation_mask);
+        joined!(symmetries);
     }
 }

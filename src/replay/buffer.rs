@@ -320,6 +320,7 @@ impl ReplayBuffer {
                 if s > 0 {
                     apply_symmetry(&mut batch, b, &symmetries[s - 1]);
                 }
+                batch.symmetries[b] = s;
             }
             batch.ids.push(id);
             if self.config.per_alpha != 0.0 {
@@ -367,6 +368,58 @@ impl ReplayBuffer {
             }
         }
         Ok(())
+    }
+}
+
+impl ReplayBuffer {
+    /// Store reanalysed policy targets in place of the stored ones. For each flat row
+    /// `b * (K+1) + k` of `rows`, the batch's policy target there, seen back through row `b`'s
+    /// symmetry, becomes the policy of position `t + k` of row `b`'s game. Rows whose game
+    /// has left the memory since the batch was sampled are skipped. Returns the number of
+    /// positions written.
+    ///
+    /// Games do not store their legal actions; reanalyse reads them from the stored policy
+    /// (its positive entries). So an action the stored policy gave a positive probability
+    /// keeps at least `f32::MIN_POSITIVE` (a pUCT search may not have visited it, a Gumbel
+    /// policy may underflow): writing back never makes a legal action illegal.
+    pub fn write_back_policies(&mut self, batch: &Batch, rows: &[usize]) -> usize {
+        let steps = batch.num_unroll_steps + 1;
+        let a = batch.num_actions;
+        let mut written = 0;
+        let mut policy = vec![0f32; a];
+        for &row in rows {
+            let (b, k) = (row / steps, row % steps);
+            let Some(&id) = batch.ids.get(b) else {
+                continue;
+            };
+            let Some((gi, t)) = self.locate(id) else {
+                continue;
+            };
+            let game = &mut self.games[gi].game;
+            if game.num_actions != a || t + k >= game.len() {
+                continue;
+            }
+            let searched = &batch.target_policies[row * a..(row + 1) * a];
+            match batch.symmetries.get(b).copied().unwrap_or(0) {
+                0 => policy.copy_from_slice(searched),
+                s => {
+                    let symmetry = &self.config.symmetries[s - 1];
+                    for (i, p) in policy.iter_mut().enumerate() {
+                        *p = searched[symmetry.actions[i]];
+                    }
+                }
+            }
+            let stored = &mut game.policies[(t + k) * a..(t + k + 1) * a];
+            for (old, &new) in stored.iter_mut().zip(&policy) {
+                *old = if *old > 0.0 {
+                    new.max(f32::MIN_POSITIVE)
+                } else {
+                    new
+                };
+            }
+            written += 1;
+        }
+        written
     }
 }
 

@@ -314,3 +314,104 @@ fn a_segments_padding_is_stored_for_targets_but_never_sampled() {
         })
     );
 }
+
+#[test]
+fn written_back_policies_are_stored_through_the_rows_symmetry_and_keep_every_legal_action() {
+    use crate::testing::games::RandomGame;
+    use cumind_envs::Symmetry;
+    let mut buffer = ReplayBuffer::new(replay_config(100, 3, 2, 0.9));
+    // A three-cycle of the actions: not its own inverse, so undoing it the wrong way fails.
+    buffer.set_symmetries(vec![Symmetry {
+        observation: vec![1, 0],
+        negate: vec![false, true],
+        actions: vec![1, 2, 0],
+    }]);
+    let mut rng = StdRng::seed_from_u64(3);
+    let game = RandomGame {
+        obs_len: 2,
+        num_actions: 3,
+        len: 9,
+        rewards: -1.0..1.0,
+        root_values: -1.0..1.0,
+        terminated: true,
+        final_value: 0.0,
+    };
+    for _ in 0..3 {
+        buffer.save_game(game.draw(&mut rng)).unwrap();
+    }
+    let stored_before: Vec<GameHistory> = buffer.games().map(|(_, g)| g.clone()).collect();
+    let mut batch = buffer.sample(12, &mut rng).unwrap();
+    assert!(batch.symmetries.contains(&0) && batch.symmetries.contains(&1));
+    let steps = batch.num_unroll_steps + 1;
+    // "Searched" targets for the first 8 rows: distinct per position, zero on action 2 of
+    // the row's frame (legal in every stored policy, so it must keep a positive floor).
+    let rows: Vec<usize> = (0..8 * steps)
+        .filter(|&r| batch.policy_mask[r] == 1.0)
+        .collect();
+    for &r in &rows {
+        let x = 0.1 + 0.8 * (r as f32 / rows.len() as f32).fract();
+        batch.target_policies[r * 3..r * 3 + 3].copy_from_slice(&[x, 1.0 - x, 0.0]);
+    }
+    assert_eq!(buffer.write_back_policies(&batch, &rows), rows.len());
+    let first = buffer.games().next().unwrap().0;
+    // The same position can be in several rows (sampling with replacement, overlapping
+    // unrolls): the last write stays.
+    let mut written = std::collections::HashMap::new();
+    for &r in &rows {
+        let (b, k) = (r / steps, r % steps);
+        let id = batch.ids[b];
+        let searched = &batch.target_policies[r * 3..r * 3 + 3];
+        // Row-frame action j is game action a with actions[a] == j.
+        let expected: Vec<f32> = match batch.symmetries[b] {
+            0 => searched.to_vec(),
+            _ => [1usize, 2, 0].iter().map(|&j| searched[j]).collect(),
+        };
+        written.insert((id.game(), id.position() + k), expected);
+    }
+    for ((g, t), expected) in &written {
+        let stored = buffer.games().find(|(id, _)| id == g).unwrap().1.policy(*t);
+        for a in 0..3 {
+            if expected[a] == 0.0 {
+                assert_eq!(
+                    stored[a],
+                    f32::MIN_POSITIVE,
+                    "{g}/{t}: a legal action was dropped"
+                );
+            } else {
+                assert_eq!(stored[a], expected[a], "{g}/{t} action {a}");
+            }
+        }
+    }
+    // Every other stored policy is untouched.
+    for (g, game) in buffer.games() {
+        let before = &stored_before[(g - first) as usize];
+        for t in 0..game.len() {
+            if !written.contains_key(&(g, t)) {
+                assert_eq!(game.policy(t), before.policy(t), "game {g} position {t}");
+            }
+        }
+    }
+    // A batch sampled later trains on the written targets (seen through its own symmetry).
+    let again = buffer.batch_from_ids(&batch.ids, &mut rng).unwrap();
+    for &r in &rows {
+        let (b, k) = (r / steps, r % steps);
+        let expected = &written[&(batch.ids[b].game(), batch.ids[b].position() + k)];
+        let new = &again.target_policies[r * 3..r * 3 + 3];
+        for a in 0..3 {
+            let j = if again.symmetries[b] == 0 {
+                a
+            } else {
+                [1, 2, 0][a]
+            };
+            if expected[a] != 0.0 {
+                assert_eq!(new[j], expected[a], "row {r} action {a}");
+            }
+        }
+    }
+    // Once the games have left the memory, nothing is written.
+    for _ in 0..20 {
+        buffer.save_game(game.draw(&mut rng)).unwrap();
+    }
+    assert_eq!(buffer.write_back_policies(&batch, &rows), 0);
+    buffer.assert_invariants();
+}

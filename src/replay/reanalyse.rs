@@ -32,7 +32,8 @@ pub fn reanalysed_rows(batch_size: usize, fraction: f64) -> usize {
 }
 
 /// Replace the policy targets of the first [`reanalysed_rows`] rows of `batch` with those of
-/// a fresh search with `model`; returns the number of positions searched.
+/// a fresh search with `model`; returns the flat indices `b * (K+1) + k` of the positions
+/// searched (what [`crate::replay::ReplayBuffer::write_back_policies`] stores).
 pub fn reanalyse_policies<M: Model + ?Sized, R: Rng + ?Sized>(
     batch: &mut Batch,
     model: &mut M,
@@ -40,7 +41,7 @@ pub fn reanalyse_policies<M: Model + ?Sized, R: Rng + ?Sized>(
     fraction: f64,
     searcher: &mut Searcher,
     rng: &mut R,
-) -> Result<usize, SearchError> {
+) -> Result<Vec<usize>, SearchError> {
     let rows = reanalysed_rows(batch.batch_size, fraction);
     let (steps, obs_len, a) = (batch.num_unroll_steps + 1, batch.obs_len, batch.num_actions);
     // Flat row indices (b * steps + k) of the positions to search.
@@ -48,7 +49,7 @@ pub fn reanalyse_policies<M: Model + ?Sized, R: Rng + ?Sized>(
         .filter(|&row| batch.policy_mask[row] != 0.0)
         .collect();
     if positions.is_empty() {
-        return Ok(0);
+        return Ok(positions);
     }
     let mut observations = Vec::with_capacity(positions.len() * obs_len);
     let mut legal = Vec::with_capacity(positions.len() * a);
@@ -76,7 +77,7 @@ pub fn reanalyse_policies<M: Model + ?Sized, R: Rng + ?Sized>(
     for (i, &row) in positions.iter().enumerate() {
         batch.target_policies[row * a..(row + 1) * a].copy_from_slice(output.policy_target_of(i));
     }
-    Ok(positions.len())
+    Ok(positions)
 }
 
 #[cfg(test)]
@@ -144,7 +145,7 @@ mod tests {
             let rows: Vec<usize> = (0..4 * steps)
                 .filter(|&r| original.policy_mask[r] == 1.0)
                 .collect();
-            assert_eq!(searched, rows.len());
+            assert_eq!(searched, rows);
             assert!(rows.len() > 4, "the unrolled positions are searched too");
             // The same search, run directly on those observations.
             let observations: Vec<f32> = rows
@@ -208,7 +209,7 @@ mod tests {
             &mut StdRng::seed_from_u64(1),
         )
         .unwrap();
-        assert_eq!((n, same), (0, original));
+        assert_eq!((n, same), (vec![], original));
         assert_eq!(reanalysed_rows(128, 0.25), 32);
         assert_eq!(reanalysed_rows(128, 3.0), 128);
         assert_eq!(reanalysed_rows(128, -1.0), 0);

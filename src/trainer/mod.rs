@@ -697,6 +697,7 @@ impl<'a> TrainingRun<'a> {
                 search.num_simulations = t.reanalyse_simulations;
             }
             let fraction = t.reanalyse_fraction;
+            let write_back = t.reanalyse_write_back;
             self.refresh_reanalyse_model()?;
             let Self {
                 replay,
@@ -709,7 +710,7 @@ impl<'a> TrainingRun<'a> {
                 ..
             } = self;
             let network = &reanalyse_model.as_ref().expect("refreshed above").0;
-            let mut prepare = |replay: &ReplayBuffer| -> Result<(Batch, usize)> {
+            let mut prepare = |replay: &ReplayBuffer| -> Result<(Batch, Vec<usize>)> {
                 let mut batch = replay.sample(batch_size, sampler)?;
                 let searched = reanalyse_policies(
                     &mut batch,
@@ -721,11 +722,19 @@ impl<'a> TrainingRun<'a> {
                 )?;
                 Ok((batch, searched))
             };
+            // With `reanalyse_write_back` the searched targets also replace the stored ones,
+            // once the worker no longer reads the memory.
+            let mut keep = |replay: &mut ReplayBuffer, batch: &Batch, searched: &[usize]| {
+                *reanalysed += searched.len() as u64;
+                if write_back {
+                    replay.write_back_policies(batch, searched);
+                }
+            };
             let batch = match reanalysed_next.take() {
                 Some(batch) => batch,
                 None => {
                     let (batch, searched) = prepare(replay)?;
-                    *reanalysed += searched as u64;
+                    keep(replay, &batch, &searched);
                     batch
                 }
             };
@@ -739,7 +748,7 @@ impl<'a> TrainingRun<'a> {
             });
             let stats = stats?;
             let (next, searched) = next?;
-            *reanalysed += searched as u64;
+            keep(replay, &next, &searched);
             *reanalysed_next = Some(next);
             (batch, stats)
         } else {
