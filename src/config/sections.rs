@@ -142,7 +142,7 @@ pub struct TrainingConfig {
     /// Training steps per environment step (the replay ratio).
     pub train_ratio: f64,
     /// Fraction of each sampled batch whose policy targets are recomputed by a fresh search
-    /// with a fresh search (MuZero Reanalyse; 0: off).
+    /// (MuZero Reanalyse; 0: off).
     pub reanalyse_fraction: f64,
     /// Simulations of a reanalyse search (0: `mcts.num_simulations`).
     pub reanalyse_simulations: usize,

@@ -37,6 +37,14 @@ pub(super) fn apply_symmetry(batch: &mut Batch, b: usize, symmetry: &Symmetry) {
     }
 }
 
+/// Undo [`apply_symmetry`] on one policy: `seen` is a policy of a row seen through
+/// `symmetry`, `played` receives it over the actions as played.
+pub(super) fn policy_as_played(symmetry: &Symmetry, seen: &[f32], played: &mut [f32]) {
+    for (a, p) in played.iter_mut().enumerate() {
+        *p = seen[symmetry.actions[a]];
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,6 +75,23 @@ mod tests {
             batch.target_policies,
             vec![0.9, 0.1, 0.8, 0.2, 0.3, 0.7, 0.4, 0.6]
         );
+    }
+
+    #[test]
+    fn policy_as_played_undoes_the_symmetry_of_a_policy() {
+        // A three-cycle of the actions: not its own inverse.
+        let symmetry = Symmetry {
+            observation: vec![0],
+            negate: vec![false],
+            actions: vec![1, 2, 0],
+        };
+        let mut batch = Batch::zeros(1, 0, 1, 3);
+        batch.target_policies = vec![0.5, 0.3, 0.2];
+        apply_symmetry(&mut batch, 0, &symmetry);
+        assert_eq!(batch.target_policies, vec![0.2, 0.5, 0.3]);
+        let mut played = vec![0.0; 3];
+        policy_as_played(&symmetry, &batch.target_policies, &mut played);
+        assert_eq!(played, vec![0.5, 0.3, 0.2]);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::augment::apply_symmetry;
+use super::augment::{apply_symmetry, policy_as_played};
 use super::sum_tree::SumTree;
 use super::targets::{fill_row, ValueParts};
 use super::{Batch, GameHistory, PositionId, ReplayConfig, ReplayError};
@@ -369,9 +369,7 @@ impl ReplayBuffer {
         }
         Ok(())
     }
-}
 
-impl ReplayBuffer {
     /// Store reanalysed policy targets in place of the stored ones. For each flat row
     /// `b * (K+1) + k` of `rows`, the batch's policy target there, seen back through row `b`'s
     /// symmetry, becomes the policy of position `t + k` of row `b`'s game. Rows whose game
@@ -402,12 +400,7 @@ impl ReplayBuffer {
             let searched = &batch.target_policies[row * a..(row + 1) * a];
             match batch.symmetries.get(b).copied().unwrap_or(0) {
                 0 => policy.copy_from_slice(searched),
-                s => {
-                    let symmetry = &self.config.symmetries[s - 1];
-                    for (i, p) in policy.iter_mut().enumerate() {
-                        *p = searched[symmetry.actions[i]];
-                    }
-                }
+                s => policy_as_played(&self.config.symmetries[s - 1], searched, &mut policy),
             }
             let stored = &mut game.policies[(t + k) * a..(t + k + 1) * a];
             for (old, &new) in stored.iter_mut().zip(&policy) {
