@@ -43,6 +43,8 @@ mod cuda {
         let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
         let ptx = out_dir.join("fused_kernels.ptx");
         let cap = std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "75".into());
+        // The kernels' Rust side reads it: bf16 tensor-core kernels need compute_80 or later.
+        println!("cargo::rustc-env=CUMIND_PTX_ARCH={cap}");
         let nvcc = nvcc();
         let mut command = Command::new(&nvcc);
         command

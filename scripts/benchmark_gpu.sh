@@ -5,6 +5,14 @@
 #
 #   scripts/benchmark_gpu.sh                          # builds the GPU binary itself
 #   BIN=target/release/cumind scripts/benchmark_gpu.sh
+#   BEFORE=old/cumind BIN=new/cumind scripts/benchmark_gpu.sh   # before/after, same card
+#
+# With BEFORE (a second `cuda` binary, an older build), the script measures both binaries in
+# turn on the same GPU (old, new, old, new) and prints one before/after table per network:
+# the conv ResNet of agents/connect4_gpu.json (f32 and bf16, batch 256 to 4,096, training at
+# batch 1,024 with K = 5, peak GPU memory sampled by nvidia-smi) and CartPole's default
+# network; then, for the new binary, the CPU against the GPU on the same networks (what
+# `--device auto` decides). Tables go to $OUT_DIR/before_after.md (needs python3).
 #
 # Order of the checks, so each failure says what is wrong:
 #   1. BIN, when given, must have been built with the `cuda` feature (`cumind --version` names
@@ -44,6 +52,13 @@ if [ -n "${BIN:-}" ]; then
     exit 2
   fi
   refuse_without_cuda "$BIN"
+fi
+if [ -n "${BEFORE:-}" ]; then
+  if [ -z "${BIN:-}" ] || [ ! -x "$BEFORE" ]; then
+    echo "benchmark_gpu.sh: BEFORE=$BEFORE needs an executable file and BIN set too" >&2
+    exit 2
+  fi
+  refuse_without_cuda "$BEFORE"
 fi
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
@@ -91,6 +106,37 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT_DIR
   echo "GPUs: $GPUS; gradient reducer for the multi-GPU training rows: $REDUCER"
 } | tee "$OUT_DIR/build.txt"
 echo "== results in $OUT_DIR"
+
+if [ -n "${BEFORE:-}" ]; then
+  # run LABEL JSON ARGS...: one benchmark with the GPU's memory sampled every 100 ms; the
+  # peak (MiB, over what was in use before) goes to JSON.mem.
+  run() {
+    local label=$1 json=$2
+    shift 2
+    local idle sampler
+    idle=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 | head -n 1)
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 \
+      > "$json.samples" 2>/dev/null &
+    sampler=$!
+    echo "== $label: $*"
+    "$@" --out "$json" > "$json.log" 2>&1 || { echo "  failed: see $json.log"; tail -n 5 "$json.log"; }
+    kill "$sampler" 2>/dev/null
+    wait "$sampler" 2>/dev/null
+    sort -n "$json.samples" | tail -n 1 | awk -v idle="$idle" '{ print $1 - idle }' > "$json.mem"
+  }
+  CONV=(--config agents/connect4_gpu.json benchmark --device cuda --dtypes float32,bfloat16
+    --batch-sizes 256,1024,4096 --repetitions 5 --warmup 2)
+  SMALL=(benchmark --device cuda --dtypes float32,bfloat16 --batch-sizes 1,256,1024
+    --repetitions 10 --warmup 3)
+  for round in 1 2; do
+    run "conv, before, round $round" "$OUT_DIR/conv_before_$round.json" "$BEFORE" "${CONV[@]}"
+    run "conv, after, round $round" "$OUT_DIR/conv_after_$round.json" "$BIN" "${CONV[@]}"
+  done
+  run "CartPole, before" "$OUT_DIR/small_before_1.json" "$BEFORE" "${SMALL[@]}"
+  run "CartPole, after" "$OUT_DIR/small_after_1.json" "$BIN" "${SMALL[@]}"
+  python3 scripts/before_after.py "$OUT_DIR" | tee "$OUT_DIR/before_after.md"
+  exit 0
+fi
 
 # Inference and search throughput, f32 vs bf16, growing batches; training with 1..N GPUs.
 "$BIN" benchmark --device cuda --dtypes float32,bfloat16 \

@@ -445,3 +445,65 @@ fn check_env_refuses_configuration_and_zero_episodes() {
         .unwrap();
     assert_fails_with(&out, "--episodes 0 would check nothing");
 }
+
+/// `--device auto` resolves from the network's size and the batch, and says which and why:
+/// CartPole's small network goes to the CPU; Connect Four's conv net at batch 64 is one the
+/// rule gives to a GPU, which a build without `cuda` does not have, and it says so. `--device
+/// cuda` on the small network names the CPU as likely faster before it opens the GPU.
+#[test]
+fn device_auto_resolves_by_the_network_and_the_batch_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let bench = [
+        "--dtypes",
+        "float32",
+        "--repetitions",
+        "1",
+        "--warmup",
+        "0",
+        "--no-training",
+        "--out",
+        "b.json",
+    ];
+    let out = cumind(dir.path())
+        .args(["benchmark", "--device", "auto", "--batch-sizes", "4"])
+        .args(bench)
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("device auto: cpu ("), "{t}");
+    assert!(
+        t.contains("MFLOP per recurrent inference at batch 4"),
+        "{t}"
+    );
+    assert!(!t.contains("no GPU is available"), "{t}");
+
+    let out = cumind(dir.path())
+        .args(["--config", &preset("connect4_gpu.json")])
+        .args(["--set", "mcts.num_simulations=1"])
+        .args(["benchmark", "--device", "auto", "--batch-sizes", "64"])
+        .args(bench)
+        .output()
+        .unwrap();
+    let t = text(&out);
+    if cfg!(feature = "cuda") {
+        assert!(t.contains("device auto: "), "{t}");
+    } else {
+        assert!(out.status.success(), "{t}");
+        assert!(
+            t.contains("device auto: cpu (no GPU is available to this binary"),
+            "{t}"
+        );
+    }
+
+    let out = cumind(dir.path())
+        .args(["benchmark", "--device", "cuda", "--batch-sizes", "4"])
+        .args(bench)
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert!(
+        t.contains("note: this network is likely faster on the CPU"),
+        "{t}"
+    );
+}

@@ -340,3 +340,156 @@ fn the_unfolded_convolution_matches_the_cpu() {
         }
     }
 }
+
+/// The implicit-GEMM convolution on the tensor cores (`network::unfold::conv2d_implicit`,
+/// bf16) against candle's conv2d on the CPU in f32, forward and every gradient: 1x1, 3x3 and 5x5 kernels, a
+/// reduction (C * k * k) that is not a multiple of the kernel's step of 32, more filters than
+/// one block's 64, positions that are not a multiple of a block's 128, and Connect Four's
+/// dynamics input (64 + 7 planes) at a batch of 700. The output's memory is filled with NaN
+/// just before, so an element the kernel never writes shows up.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_implicit_convolution_matches_the_cpu() {
+    use candle_core::Var;
+    use cumind::network::unfold::{conv2d_implicit, convolves_implicitly};
+    let cuda = gpu(0);
+    let random = |shape: &[usize], seed: u64| uniform(shape, 1.0, seed);
+    for (b, c, h, w, o, k) in [
+        (2, 5, 6, 7, 3, 3),
+        (3, 9, 3, 3, 2, 1),
+        (5, 8, 6, 7, 4, 5),
+        (50, 64, 6, 7, 70, 3),
+        (700, 71, 6, 7, 64, 3),
+        (700, 64, 6, 7, 1, 1),
+    ] {
+        let x = random(&[b, c, h, w], 1);
+        let weight = random(&[o, c, k, k], 2);
+        let bias = random(&[o], 3);
+        let mix = random(&[b, o, h, w], 4);
+        let run = |device: &Device, dtype: DType| {
+            let vars: Vec<Var> = [&x, &weight, &bias]
+                .iter()
+                .map(|t| Var::from_tensor(&t.to_device(device).unwrap()).unwrap())
+                .collect();
+            let cast = |v: &Var| v.as_tensor().to_dtype(dtype).unwrap();
+            let input = cast(&vars[0]);
+            if device.is_cuda() {
+                assert!(convolves_implicitly(&input, k), "the kernel is available");
+                let poison = Tensor::full(f32::NAN, (b, o, h, w), device)
+                    .unwrap()
+                    .to_dtype(DType::BF16)
+                    .unwrap();
+                drop(poison);
+            }
+            // The reference is candle's own conv2d on the CPU, independent of this op.
+            let y = if device.is_cuda() {
+                conv2d_implicit(&input, &cast(&vars[1]), &cast(&vars[2])).unwrap()
+            } else {
+                input
+                    .conv2d(&cast(&vars[1]), k / 2, 1, 1, 1)
+                    .unwrap()
+                    .broadcast_add(&cast(&vars[2]).reshape((1, o, 1, 1)).unwrap())
+                    .unwrap()
+            };
+            let loss = (y.to_dtype(DType::F32).unwrap() * mix.to_device(device).unwrap())
+                .unwrap()
+                .sum_all()
+                .unwrap();
+            let grads = loss.backward().unwrap();
+            let grads: Vec<Vec<f32>> = vars
+                .iter()
+                .map(|v| values(grads.get(v.as_tensor()).expect("a gradient")))
+                .collect();
+            (values(&y), grads)
+        };
+        let (gpu_out, gpu_grads) = run(&cuda, DType::BF16);
+        let (cpu_out, cpu_grads) = run(&Device::Cpu, DType::F32);
+        let case = format!("{b}x{c}x{h}x{w}, {o} filters of {k}x{k}");
+        assert!(
+            gpu_out.iter().all(|v| v.is_finite()),
+            "{case}: an output was never written"
+        );
+        let error = relative_l2(&gpu_out, &cpu_out);
+        assert!(error < 2e-2, "{case}: outputs differ by {error}");
+        for (name, (c, g)) in ["input", "filters", "bias"]
+            .iter()
+            .zip(cpu_grads.iter().zip(&gpu_grads))
+        {
+            let error = relative_l2(g, c);
+            assert!(error < 2e-2, "{case}: {name} gradients differ by {error}");
+        }
+    }
+}
+
+/// The layer norm's bf16 kernels (a bf16 input and output with f32 scale and shift, as the
+/// conv net's plane norm runs in bf16) against the CPU in f32, forward and every gradient.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_bf16_layer_norm_matches_the_cpu() {
+    use candle_core::Var;
+    use cumind::network::fused::layer_norm;
+    let cuda = gpu(0);
+    for (rows, d, seed) in [(5, 3, 1), (37, 70, 2), (1024, 2688, 3)] {
+        let x = uniform(&[rows, d], 2.0, seed);
+        let gamma = uniform(&[d], 2.0, seed + 10);
+        let beta = uniform(&[d], 2.0, seed + 20);
+        let mix = uniform(&[rows, d], 1.0, seed + 30);
+        let run = |device: &Device, dtype: DType| {
+            let vars: Vec<Var> = [&x, &gamma, &beta]
+                .iter()
+                .map(|t| Var::from_tensor(&t.to_device(device).unwrap()).unwrap())
+                .collect();
+            let input = vars[0].as_tensor().to_dtype(dtype).unwrap();
+            let y = layer_norm(&input, vars[1].as_tensor(), vars[2].as_tensor(), 1e-5).unwrap();
+            assert_eq!(y.dtype(), dtype);
+            let loss = (y.to_dtype(DType::F32).unwrap() * mix.to_device(device).unwrap())
+                .unwrap()
+                .sum_all()
+                .unwrap();
+            let grads = loss.backward().unwrap();
+            let grads: Vec<Vec<f32>> = vars
+                .iter()
+                .map(|v| values(grads.get(v.as_tensor()).expect("a gradient")))
+                .collect();
+            (values(&y), grads)
+        };
+        let (gpu_out, gpu_grads) = run(&cuda, DType::BF16);
+        let (cpu_out, cpu_grads) = run(&Device::Cpu, DType::F32);
+        let error = relative_l2(&gpu_out, &cpu_out);
+        assert!(error < 1e-2, "{rows}x{d}: outputs differ by {error}");
+        for (name, (c, g)) in ["input", "scale", "shift"]
+            .iter()
+            .zip(cpu_grads.iter().zip(&gpu_grads))
+        {
+            let error = relative_l2(g, c);
+            assert!(
+                error < 2e-2,
+                "{rows}x{d}: {name} gradients differ by {error}"
+            );
+        }
+    }
+}
+
+/// The fused min-max scaling that inference runs on CUDA (f32 and bf16) against the
+/// written-out ops on the CPU, on rows of a conv latent (64 x 6 x 7) and of an MLP latent.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_min_max_scale_kernel_matches_the_written_out_ops() {
+    use cumind::network::fused::min_max_scale_rows;
+    use cumind::network::layers::min_max_scale;
+    let cuda = gpu(0);
+    for (rows, d, seed) in [(3, 5, 1), (1000, 32, 2), (700, 2688, 3)] {
+        let x = uniform(&[rows, d], 3.0, seed);
+        let reference = values(&min_max_scale(&x).unwrap());
+        for (dtype, tolerance) in [(DType::F32, 1e-5), (DType::BF16, 1e-2)] {
+            let input = x.to_device(&cuda).unwrap().to_dtype(dtype).unwrap();
+            let out = min_max_scale_rows(&input).unwrap();
+            assert_eq!(out.dtype(), dtype);
+            let error = relative_l2(&values(&out), &reference);
+            assert!(
+                error < tolerance,
+                "{rows}x{d} {dtype:?}: differs by {error}"
+            );
+        }
+    }
+}

@@ -75,7 +75,12 @@ fn benchmark_gpu_checks_the_features_not_just_that_the_binary_runs() {
 
 #[test]
 fn the_benchmark_scripts_parse() {
-    for script in ["benchmark_gpu.sh", "gpu_first_run.sh", "compare_mctx.sh"] {
+    for script in [
+        "benchmark_gpu.sh",
+        "gpu_first_run.sh",
+        "compare_mctx.sh",
+        "device_rule.sh",
+    ] {
         let path = format!("{}/scripts/{script}", env!("CARGO_MANIFEST_DIR"));
         let out = Command::new("bash").args(["-n", &path]).output().unwrap();
         assert!(out.status.success(), "{script}: {}", text(&out));

@@ -136,7 +136,7 @@ pub struct ConfigCommandArgs {
 pub struct BenchmarkArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
-    /// Device: cpu, cuda or cuda:N (overrides device.device_type).
+    /// Device: cpu, cuda, cuda:N or auto (overrides device.device_type).
     #[arg(long)]
     pub device: Option<String>,
     /// Compute dtypes to compare, comma-separated.
@@ -183,7 +183,7 @@ pub struct TrainArgs {
     /// the run's stored configuration is used.
     #[arg(long, value_name = "DIR")]
     pub resume: Option<PathBuf>,
-    /// Device: cpu, cuda or cuda:N (overrides device.device_type).
+    /// Device: cpu, cuda, cuda:N or auto (overrides device.device_type).
     #[arg(long)]
     pub device: Option<String>,
     /// Model replicas (overrides device.num_devices).
@@ -230,7 +230,8 @@ pub struct EvalArgs {
     /// Seed of the evaluation episodes.
     #[arg(long, default_value_t = 12345)]
     pub seed: u64,
-    /// Device: cpu, cuda or cuda:N.
+    /// Device: cpu, cuda, cuda:N or auto (the CPU or GPU 0, by the network's size and the
+    /// episodes played at once).
     #[arg(long, default_value = "cpu")]
     pub device: DeviceKind,
     /// Two-player games: play a match against random, perfect (exact tic-tac-toe solver),

@@ -20,6 +20,7 @@ use cumind::trainer::{train, RunOptions};
 
 mod args;
 mod console;
+mod device_choice;
 mod input;
 mod stop_signal;
 
@@ -43,6 +44,10 @@ pub fn open_device(kind: DeviceKind) -> Result<Device> {
 fn open(kind: DeviceKind, alone: bool) -> Result<Device> {
     match kind {
         DeviceKind::Cpu => Ok(Device::Cpu),
+        DeviceKind::Auto => bail!(
+            "device `auto` reached the point of opening a device unresolved (it is resolved from \
+             the network and the batch first); please report this"
+        ),
         DeviceKind::Cuda(index) => {
             if !candle_core::utils::cuda_is_available() {
                 bail!(
@@ -142,6 +147,7 @@ fn report_before_teardown<T>(result: Result<T>, devices: Vec<Device>) -> Result<
 pub fn open_devices(first: DeviceKind, count: usize) -> Result<Vec<Device>> {
     match first {
         DeviceKind::Cpu => Ok(vec![Device::Cpu; count.max(1)]),
+        DeviceKind::Auto => open(first, true).map(|d| vec![d]),
         DeviceKind::Cuda(first) => {
             let alone = count <= 1;
             (first..first + count.max(1))
@@ -309,11 +315,13 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
         warn_ignored_keys(&config, &explicit_keys(config_args)?)?;
     }
     set_process_options(&config, local_ranks(args.distributed));
-    let first = first_device_of_rank(
+    let device_type = device_choice::resolve(
         config.device.device_type,
-        config.device.num_devices,
-        args.distributed,
-    );
+        &config,
+        config.environment.num_envs,
+        "environments",
+    )?;
+    let first = first_device_of_rank(device_type, config.device.num_devices, args.distributed);
     let devices = open_devices(first, config.device.num_devices)?;
     let stop = Arc::new(AtomicBool::new(false));
     {
@@ -377,7 +385,7 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
     eprintln!(
         "training {} on {}{} | logs: {} | checkpoints: {}",
         config.environment.env_name,
-        config.device.device_type,
+        device_type,
         if ranks > 1 {
             format!(" x {ranks} MPI ranks")
         } else {
@@ -434,10 +442,14 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
 }
 
 fn run_eval(config_args: &ConfigArgs, args: EvalArgs) -> Result<()> {
-    let device = open_device(args.device)?;
-    let agent = load_agent("eval", config_args, &args.checkpoint, &device)?;
+    let mut agent = load_agent("eval", config_args, &args.checkpoint, &Device::Cpu)?;
+    set_process_options(agent.config(), 1);
+    let kind = device_choice::resolve(args.device, agent.config(), args.episodes, "episodes")?;
+    let device = open_device(kind)?;
+    if !device.is_cpu() {
+        agent = load_agent("eval", config_args, &args.checkpoint, &device)?;
+    }
     let config = agent.config();
-    set_process_options(config, 1);
     if args.episodes == 0 {
         bail!("--episodes must be at least 1");
     }
@@ -678,7 +690,9 @@ fn run_benchmark(config_args: &ConfigArgs, args: BenchmarkArgs) -> Result<()> {
     }
     warn_ignored_keys(&config, &explicit)?;
     set_process_options(&config, 1);
-    let devices = open_devices(config.device.device_type, args.num_devices)?;
+    let largest = args.batch_sizes.iter().copied().max().unwrap_or(1);
+    let kind = device_choice::resolve(config.device.device_type, &config, largest, "batch")?;
+    let devices = open_devices(kind, args.num_devices)?;
     let dtypes = args
         .dtypes
         .iter()

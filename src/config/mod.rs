@@ -369,7 +369,7 @@ mod tests {
 
     #[test]
     fn device_type_round_trips_as_text() {
-        for text in ["cpu", "cuda", "cuda:3"] {
+        for text in ["cpu", "cuda", "cuda:3", "auto"] {
             let c = load_with(sets(&[&format!("device.device_type={text}")])).unwrap();
             assert_eq!(c.device.device_type.to_string(), text);
             let json: serde_json::Value = serde_json::from_str(&c.to_json()).unwrap();

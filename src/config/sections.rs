@@ -295,7 +295,7 @@ pub struct DataTypesConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeviceConfig {
-    /// cpu, cuda or cuda:N.
+    /// cpu, cuda, cuda:N or auto.
     pub device_type: DeviceKind,
     /// Model replicas (data parallelism).
     pub num_devices: usize,
@@ -318,11 +318,14 @@ pub struct OtherConfig {
     pub run_name: String,
 }
 
-/// `device.device_type`: `cpu`, `cuda` (GPU 0) or `cuda:N`; written and read as that text.
+/// `device.device_type`: `cpu`, `cuda` (GPU 0), `cuda:N`, or `auto` (GPU 0 where the
+/// network's calls are large enough for a GPU to pay, else the CPU: see
+/// `network::cost::gpu_pays`); written and read as that text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeviceKind {
     Cpu,
     Cuda(usize),
+    Auto,
 }
 
 impl std::fmt::Display for DeviceKind {
@@ -331,6 +334,7 @@ impl std::fmt::Display for DeviceKind {
             DeviceKind::Cpu => write!(f, "cpu"),
             DeviceKind::Cuda(0) => write!(f, "cuda"),
             DeviceKind::Cuda(i) => write!(f, "cuda:{i}"),
+            DeviceKind::Auto => write!(f, "auto"),
         }
     }
 }
@@ -338,15 +342,16 @@ impl std::fmt::Display for DeviceKind {
 impl std::str::FromStr for DeviceKind {
     type Err = String;
 
-    /// Parse `cpu`, `cuda` or `cuda:N`.
+    /// Parse `cpu`, `cuda`, `cuda:N` or `auto`.
     fn from_str(text: &str) -> Result<Self, String> {
         match text.trim() {
             "cpu" => Ok(DeviceKind::Cpu),
+            "auto" => Ok(DeviceKind::Auto),
             "cuda" => Ok(DeviceKind::Cuda(0)),
             other => match other.strip_prefix("cuda:").map(str::parse::<usize>) {
                 Some(Ok(i)) => Ok(DeviceKind::Cuda(i)),
                 _ => Err(format!(
-                    "\"{other}\" is not a device: use cpu, cuda or cuda:N (N = GPU index)"
+                    "\"{other}\" is not a device: use cpu, cuda, cuda:N (N = GPU index) or auto"
                 )),
             },
         }
@@ -366,7 +371,7 @@ impl<'de> Deserialize<'de> for DeviceKind {
     }
 }
 
-/// Parse `cpu`, `cuda` or `cuda:N`.
+/// Parse `cpu`, `cuda`, `cuda:N` or `auto`.
 pub fn parse_device(text: &str) -> Result<DeviceKind, String> {
     text.parse()
 }

@@ -10,7 +10,9 @@ use super::unfold;
 use super::{NetworkError, NetworkSpec};
 
 /// 2-D convolution with f32 weights, "same" padding. On the CPU candle has no reduced-precision
-/// conv, so the convolution itself runs in f32 there and the result is cast back.
+/// conv, so the convolution itself runs in f32 there and the result is cast back; on CUDA a
+/// bf16 convolution runs on the tensor cores (`unfold::conv2d_implicit`), an f32 one as
+/// `unfold::conv2d`.
 #[derive(Clone, Debug)]
 pub struct Conv2d {
     weight: Tensor,
@@ -48,7 +50,15 @@ impl Conv2d {
             dtype
         };
         let x = cast(x, compute)?;
-        if unfold::unfolds(&x, self.padding * 2 + 1) {
+        let kernel = self.padding * 2 + 1;
+        if unfold::convolves_implicitly(&x, kernel) {
+            return unfold::conv2d_implicit(
+                &x,
+                &cast(&self.weight, dtype)?,
+                &cast(&self.bias, dtype)?,
+            );
+        }
+        if unfold::unfolds(&x, kernel) {
             return unfold::conv2d(&x, &self.weight, &self.bias);
         }
         let y = x.conv2d(&cast(&self.weight, compute)?, self.padding, 1, 1, 1)?;

@@ -96,25 +96,40 @@ fn no_kernel(op: &str, dtype: DType) -> candle_core::Error {
     candle_core::Error::Msg(format!("{op}: no CUDA kernel for {dtype:?}"))
 }
 
-/// Layer norm of the rows of `x` with scale `gamma` and shift `beta`.
+/// Layer norm of the rows of `x` (f32 or bf16, statistics in f32) with f32 scale `gamma` and
+/// shift `beta`; the result in `x`'s dtype.
 pub fn layer_norm(
     x: (&CudaStorage, &Layout),
     gamma: (&CudaStorage, &Layout),
     beta: (&CudaStorage, &Layout),
     eps: f32,
 ) -> Result<(CudaStorage, Shape)> {
+    match x.0.dtype() {
+        DType::F32 => layer_norm_of::<f32>(x, gamma, beta, eps, "cumind_layer_norm_f32"),
+        DType::BF16 => layer_norm_of::<bf16>(x, gamma, beta, eps, "cumind_layer_norm_bf16"),
+        other => Err(no_kernel("layer norm", other)),
+    }
+}
+
+fn layer_norm_of<T: CudaDType + DeviceRepr>(
+    x: (&CudaStorage, &Layout),
+    gamma: (&CudaStorage, &Layout),
+    beta: (&CudaStorage, &Layout),
+    eps: f32,
+    kernel: &str,
+) -> Result<(CudaStorage, Shape)> {
     let dev = &x.0.device;
     let (rows, d) = rows_and_width(x.1)?;
     let (xv, gv, bv) = (
-        view::<f32>(x.0, x.1)?,
+        view::<T>(x.0, x.1)?,
         view::<f32>(gamma.0, gamma.1)?,
         view::<f32>(beta.0, beta.1)?,
     );
     if gv.len() != d || bv.len() != d {
         candle_core::bail!("layer norm: scale/shift of {} for {d} features", gv.len());
     }
-    let out = output::<f32>(dev, rows * d)?;
-    let func = dev.get_or_load_custom_func("cumind_layer_norm_f32", MODULE, ptx::FUSED_KERNELS)?;
+    let out = output::<T>(dev, rows * d)?;
+    let func = dev.get_or_load_custom_func(kernel, MODULE, ptx::FUSED_KERNELS)?;
     let mut b = func.builder();
     b.arg(&xv).arg(&gv).arg(&bv).arg(&out);
     let (rows_i, d_i) = (rows as i32, d as i32);
@@ -124,18 +139,33 @@ pub fn layer_norm(
     Ok((storage(out, dev), x.1.shape().clone()))
 }
 
-/// The layer norm's backward: `[dx (rows * d), dgamma (d), dbeta (d)]` packed in one vector.
+/// The layer norm's backward: `[dx (rows * d), dgamma (d), dbeta (d)]` packed in one f32
+/// vector (`dy` and `x` f32 or bf16, `gamma` f32).
 pub fn layer_norm_backward(
     dy: (&CudaStorage, &Layout),
     x: (&CudaStorage, &Layout),
     gamma: (&CudaStorage, &Layout),
     eps: f32,
 ) -> Result<(CudaStorage, Shape)> {
+    match (dy.0.dtype(), x.0.dtype()) {
+        (DType::F32, DType::F32) => layer_norm_backward_of::<f32>(dy, x, gamma, eps, "f32"),
+        (DType::BF16, DType::BF16) => layer_norm_backward_of::<bf16>(dy, x, gamma, eps, "bf16"),
+        (_, other) => Err(no_kernel("layer norm backward", other)),
+    }
+}
+
+fn layer_norm_backward_of<T: CudaDType + DeviceRepr>(
+    dy: (&CudaStorage, &Layout),
+    x: (&CudaStorage, &Layout),
+    gamma: (&CudaStorage, &Layout),
+    eps: f32,
+    suffix: &str,
+) -> Result<(CudaStorage, Shape)> {
     let dev = &x.0.device;
     let (rows, d) = rows_and_width(x.1)?;
     let (dyv, xv, gv) = (
-        view::<f32>(dy.0, dy.1)?,
-        view::<f32>(x.0, x.1)?,
+        view::<T>(dy.0, dy.1)?,
+        view::<T>(x.0, x.1)?,
         view::<f32>(gamma.0, gamma.1)?,
     );
     if dyv.len() != rows * d || gv.len() != d {
@@ -148,7 +178,7 @@ pub fn layer_norm_backward(
     {
         let (mut dx, _) = out.split_at_mut(n);
         let func = dev.get_or_load_custom_func(
-            "cumind_layer_norm_backward_rows_f32",
+            &format!("cumind_layer_norm_backward_rows_{suffix}"),
             MODULE,
             ptx::FUSED_KERNELS,
         )?;
@@ -162,7 +192,7 @@ pub fn layer_norm_backward(
         let (_, mut params) = out.split_at_mut(n);
         let (mut dgamma, mut dbeta) = params.split_at_mut(d);
         let func = dev.get_or_load_custom_func(
-            "cumind_layer_norm_param_grads_f32",
+            &format!("cumind_layer_norm_param_grads_{suffix}"),
             MODULE,
             ptx::FUSED_KERNELS,
         )?;
@@ -237,6 +267,33 @@ fn sum_rows_of<T: CudaDType + DeviceRepr>(
     // SAFETY: the argument list matches the kernel's signature.
     unsafe { b.launch(column_launch(d)) }.w()?;
     Ok((storage(out, dev), Shape::from(d)))
+}
+
+/// Each row scaled to [0, 1] by its minimum and maximum (f32 or bf16; see
+/// `fused::min_max_scale_rows`).
+pub fn min_max_scale(x: (&CudaStorage, &Layout)) -> Result<(CudaStorage, Shape)> {
+    match x.0.dtype() {
+        DType::F32 => min_max_scale_of::<f32>(x, "cumind_min_max_scale_f32"),
+        DType::BF16 => min_max_scale_of::<bf16>(x, "cumind_min_max_scale_bf16"),
+        other => Err(no_kernel("min-max scale", other)),
+    }
+}
+
+fn min_max_scale_of<T: CudaDType + DeviceRepr>(
+    x: (&CudaStorage, &Layout),
+    kernel: &str,
+) -> Result<(CudaStorage, Shape)> {
+    let dev = &x.0.device;
+    let (rows, d) = rows_and_width(x.1)?;
+    let xv = view::<T>(x.0, x.1)?;
+    let out = output::<T>(dev, rows * d)?;
+    let func = dev.get_or_load_custom_func(kernel, MODULE, ptx::FUSED_KERNELS)?;
+    let mut b = func.builder();
+    let (rows_i, d_i) = (rows as i32, d as i32);
+    b.arg(&xv).arg(&out).arg(&rows_i).arg(&d_i);
+    // SAFETY: the argument list matches the kernel's signature.
+    unsafe { b.launch(row_launch(rows)) }.w()?;
+    Ok((storage(out, dev), x.1.shape().clone()))
 }
 
 /// `max(x, 0)` (f32 or bf16).
@@ -389,18 +446,28 @@ impl Patches {
     }
 }
 
+/// The name of the unfold kernel `op` (`im2col` or `col2im`) for `dtype` and kernel size
+/// `k`: a version with k fixed at compile time for 1, 3 and 5, the general one otherwise.
+fn unfold_kernel(op: &str, dtype: DType, k: usize) -> Result<String> {
+    let suffix = match dtype {
+        DType::F32 => "f32",
+        DType::BF16 => "bf16",
+        other => return Err(no_kernel(op, other)),
+    };
+    Ok(match k {
+        1 | 3 | 5 => format!("cumind_{op}_k{k}_{suffix}"),
+        _ => format!("cumind_{op}_{suffix}"),
+    })
+}
+
 /// `[B, C, H, W]` -> `[B, H * W, C * k * k]` patches (f32 or bf16; see `network::unfold`).
 pub fn im2col(
     x: (&CudaStorage, &Layout),
     patches: &Patches,
     out_shape: Shape,
 ) -> Result<(CudaStorage, Shape)> {
-    let kernel = match x.0.dtype() {
-        DType::F32 => "cumind_im2col_f32",
-        DType::BF16 => "cumind_im2col_bf16",
-        other => return Err(no_kernel("im2col", other)),
-    };
-    unfold_launch(x, patches, out_shape, kernel)
+    let kernel = unfold_kernel("im2col", x.0.dtype(), patches.k)?;
+    unfold_launch(x, patches, out_shape, &kernel)
 }
 
 /// The adjoint of [`im2col`]: `[B, H * W, C * k * k]` -> `[B, C, H, W]`.
@@ -409,15 +476,112 @@ pub fn col2im(
     patches: &Patches,
     out_shape: Shape,
 ) -> Result<(CudaStorage, Shape)> {
-    let kernel = match cols.0.dtype() {
-        DType::F32 => "cumind_col2im_f32",
-        DType::BF16 => "cumind_col2im_bf16",
-        other => return Err(no_kernel("col2im", other)),
-    };
-    unfold_launch(cols, patches, out_shape, kernel)
+    let kernel = unfold_kernel("col2im", cols.0.dtype(), patches.k)?;
+    unfold_launch(cols, patches, out_shape, &kernel)
 }
 
-/// One thread per output element of `out_shape`, reading the contiguous `input`.
+/// Positions per block and filters per block of the implicit convolution (`CONV_BM`,
+/// `CONV_BN` and `CONV_THREADS` in the .cu file).
+const CONV_BM: u32 = 128;
+const CONV_BN: u32 = 64;
+const CONV_THREADS: u32 = 256;
+
+/// Whether the PTX was built for a compute capability with bf16 tensor-core instructions
+/// (8.0 on), and the device has them: else the implicit convolution is not launched.
+pub fn implicit_conv_available(dev: &CudaDevice) -> bool {
+    let built: u32 = env!("CUMIND_PTX_ARCH").parse().unwrap_or(0);
+    if built < 80 {
+        return false;
+    }
+    use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute as A;
+    let major = dev
+        .cuda_stream()
+        .context()
+        .attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+        .unwrap_or(0);
+    major >= 8
+}
+
+/// A "same" k x k convolution with stride 1 as one implicit-GEMM kernel on the tensor cores:
+/// `x` `[B, C, H, W]`, `filters` `[O, C * k * k]` and `bias` `[O]`, all bf16 and contiguous
+/// -> `[B, O, H, W]` bf16 (sums in f32). k is 1, 3 or 5.
+pub fn conv_implicit(
+    x: (&CudaStorage, &Layout),
+    filters: (&CudaStorage, &Layout),
+    bias: (&CudaStorage, &Layout),
+    patches: &Patches,
+) -> Result<(CudaStorage, Shape)> {
+    let dev = &x.0.device;
+    let [c, h, w, k] = patches.args()?;
+    if !matches!(k, 1 | 3 | 5) {
+        candle_core::bail!("implicit conv: no kernel for a {k}x{k} filter");
+    }
+    let (o, entries) = match filters.1.dims() {
+        &[o, e] => (o, e),
+        dims => candle_core::bail!("implicit conv: filters {dims:?} are not [O, C * k * k]"),
+    };
+    if entries != (c * k * k) as usize || bias.1.shape().elem_count() != o {
+        candle_core::bail!("implicit conv: filters [{o}, {entries}] and a bias of {} for {c} channels and a {k}x{k} kernel", bias.1.shape().elem_count());
+    }
+    let board = (c * h * w) as usize;
+    let n = x.1.shape().elem_count();
+    if board == 0 || !n.is_multiple_of(board) {
+        candle_core::bail!(
+            "implicit conv: input {:?} is not [B, {c}, {h}, {w}]",
+            x.1.dims()
+        );
+    }
+    let b = n / board;
+    let positions = b * (h * w) as usize;
+    let out_len = positions * o;
+    if out_len > i32::MAX as usize || n > i32::MAX as usize {
+        candle_core::bail!("implicit conv: {out_len} outputs is too many for the 32-bit kernel");
+    }
+    for (dtype, what) in [
+        (x.0.dtype(), "input"),
+        (filters.0.dtype(), "filters"),
+        (bias.0.dtype(), "bias"),
+    ] {
+        if dtype != DType::BF16 {
+            candle_core::bail!("implicit conv: the {what} is {dtype:?}, the kernel takes bf16");
+        }
+    }
+    let (xv, fv, bv) = (
+        view::<bf16>(x.0, x.1)?,
+        view::<bf16>(filters.0, filters.1)?,
+        view::<bf16>(bias.0, bias.1)?,
+    );
+    let out = output::<bf16>(dev, out_len)?;
+    let func = dev.get_or_load_custom_func(
+        &format!("cumind_conv_implicit_k{k}_bf16"),
+        MODULE,
+        ptx::FUSED_KERNELS,
+    )?;
+    let mut builder = func.builder();
+    let (positions_i, o_i) = (positions as i32, o as i32);
+    builder.arg(&xv).arg(&fv).arg(&bv).arg(&out);
+    builder.arg(&positions_i).arg(&c).arg(&h).arg(&w).arg(&o_i);
+    let config = LaunchConfig {
+        grid_dim: (
+            (positions as u32).div_ceil(CONV_BM),
+            (o as u32).div_ceil(CONV_BN),
+            1,
+        ),
+        block_dim: (CONV_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: the argument list matches the kernel's signature; every output element is
+    // written (each position and filter of the grid's tiles, bounds checked in the kernel).
+    unsafe { builder.launch(config) }.w()?;
+    Ok((
+        storage(out, dev),
+        Shape::from((b, o, h as usize, w as usize)),
+    ))
+}
+
+/// One thread per output element of `out_shape`, reading the contiguous `input`; the
+/// fixed-size bf16 im2col kernels take one thread per (patch row, channel) instead, each
+/// writing its k * k entries.
 fn unfold_launch(
     input: (&CudaStorage, &Layout),
     patches: &Patches,
@@ -429,9 +593,14 @@ fn unfold_launch(
         candle_core::bail!("unfold: {n} elements is too many for the 32-bit kernels");
     }
     let [c, h, w, k] = patches.args()?;
+    let threads = if kernel.starts_with("cumind_im2col_k") && kernel.ends_with("_bf16") {
+        n / (k * k) as usize
+    } else {
+        n
+    };
     match input.0.dtype() {
-        DType::F32 => launch_unfold::<f32>(input, (c, h, w, k), out_shape, kernel),
-        DType::BF16 => launch_unfold::<bf16>(input, (c, h, w, k), out_shape, kernel),
+        DType::F32 => launch_unfold::<f32>(input, (c, h, w, k), out_shape, threads, kernel),
+        DType::BF16 => launch_unfold::<bf16>(input, (c, h, w, k), out_shape, threads, kernel),
         other => Err(no_kernel(kernel, other)),
     }
 }
@@ -440,12 +609,13 @@ fn launch_unfold<T: CudaDType + DeviceRepr>(
     input: (&CudaStorage, &Layout),
     (c, h, w, k): (i32, i32, i32, i32),
     out_shape: Shape,
+    threads: usize,
     kernel: &str,
 ) -> Result<(CudaStorage, Shape)> {
     let dev = &input.0.device;
     let iv = view::<T>(input.0, input.1)?;
-    let n = out_shape.elem_count();
-    let out = output::<T>(dev, n)?;
+    let n = threads;
+    let out = output::<T>(dev, out_shape.elem_count())?;
     let func = dev.get_or_load_custom_func(kernel, MODULE, ptx::FUSED_KERNELS)?;
     let mut b = func.builder();
     b.arg(&iv).arg(&out).arg(&c).arg(&h).arg(&w).arg(&k).arg(&n);

@@ -9,8 +9,10 @@
 // run one thread per (column, row phase) and add the phases in a fixed order, so results do
 // not depend on scheduling (no atomics): a seed reproduces a run on a GPU too.
 //
-// The bias add, its column sums and ReLU also come in bf16 (computed in f32, rounded once),
-// since bf16 is CUDA's default compute dtype here.
+// The bias add, its column sums, ReLU, the layer norm (with f32 scale and shift) and the
+// min-max scaling also come in bf16 (computed in f32, rounded once), since bf16 is CUDA's
+// default compute dtype here; the convolution's bf16 kernel (at the end of this file) runs on
+// the tensor cores.
 //
 // Compiled to PTX by build.rs with the `cuda` feature; loaded at the first call on each device
 // (`CudaDevice::get_or_load_custom_func`).
@@ -46,66 +48,79 @@ template <> __device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float
 }
 
 // Mean and 1 / sqrt(var + eps) of one row of d values, all lanes of the warp taking part.
-__device__ __forceinline__ void row_statistics(const float *row, int d, float eps, float *mean,
+template <typename T>
+__device__ __forceinline__ void row_statistics(const T *row, int d, float eps, float *mean,
                                                float *rstd) {
     float s = 0.0f;
     for (int i = threadIdx.x; i < d; i += WARP) {
-        s += row[i];
+        s += widen(row[i]);
     }
     const float m = warp_sum(s) / (float)d;
     float q = 0.0f;
     for (int i = threadIdx.x; i < d; i += WARP) {
-        const float c = row[i] - m;
+        const float c = widen(row[i]) - m;
         q += c * c;
     }
     *mean = m;
     *rstd = 1.0f / sqrtf(warp_sum(q) / (float)d + eps);
 }
 
-// out = (x - mean) / sqrt(var + eps) * gamma + beta, per row of d.
-extern "C" __global__ void cumind_layer_norm_f32(const float *x, const float *gamma,
-                                                 const float *beta, float *out, int rows, int d,
-                                                 float eps) {
+// out = (x - mean) / sqrt(var + eps) * gamma + beta, per row of d; x and out f32 or bf16
+// (statistics in f32), gamma and beta f32.
+template <typename T>
+__device__ void layer_norm(const T *x, const float *gamma, const float *beta, T *out, int rows,
+                           int d, float eps) {
     const int row = blockIdx.x * blockDim.y + threadIdx.y;
     if (row >= rows) {
         return;
     }
-    const float *xr = x + (size_t)row * d;
-    float *o = out + (size_t)row * d;
+    const T *xr = x + (size_t)row * d;
+    T *o = out + (size_t)row * d;
     float mean, rstd;
     row_statistics(xr, d, eps, &mean, &rstd);
     for (int i = threadIdx.x; i < d; i += WARP) {
-        o[i] = (xr[i] - mean) * rstd * gamma[i] + beta[i];
+        o[i] = narrow<T>((widen(xr[i]) - mean) * rstd * gamma[i] + beta[i]);
     }
+}
+
+extern "C" __global__ void cumind_layer_norm_f32(const float *x, const float *gamma,
+                                                 const float *beta, float *out, int rows, int d,
+                                                 float eps) {
+    layer_norm<float>(x, gamma, beta, out, rows, d, eps);
+}
+extern "C" __global__ void cumind_layer_norm_bf16(const __nv_bfloat16 *x, const float *gamma,
+                                                  const float *beta, __nv_bfloat16 *out, int rows,
+                                                  int d, float eps) {
+    layer_norm<__nv_bfloat16>(x, gamma, beta, out, rows, d, eps);
 }
 
 // The input gradient of the layer norm, per row: with g = dy * gamma and xhat the
 // standardised row, dx = rstd * (g - mean(g) - xhat * mean(g * xhat)). Writes each row's mean
-// and rstd to stats[2 * row], stats[2 * row + 1] for the column kernel below.
-extern "C" __global__ void cumind_layer_norm_backward_rows_f32(const float *dy, const float *x,
-                                                               const float *gamma, float *dx,
-                                                               float *stats, int rows, int d,
-                                                               float eps) {
+// and rstd to stats[2 * row], stats[2 * row + 1] for the column kernel below. dy and x f32 or
+// bf16; dx always f32 (packed with the f32 parameter gradients).
+template <typename T>
+__device__ void layer_norm_backward_rows(const T *dy, const T *x, const float *gamma, float *dx,
+                                         float *stats, int rows, int d, float eps) {
     const int row = blockIdx.x * blockDim.y + threadIdx.y;
     if (row >= rows) {
         return;
     }
-    const float *xr = x + (size_t)row * d;
-    const float *dyr = dy + (size_t)row * d;
+    const T *xr = x + (size_t)row * d;
+    const T *dyr = dy + (size_t)row * d;
     float *dxr = dx + (size_t)row * d;
     float mean, rstd;
     row_statistics(xr, d, eps, &mean, &rstd);
     float sum_g = 0.0f, sum_gx = 0.0f;
     for (int i = threadIdx.x; i < d; i += WARP) {
-        const float g = dyr[i] * gamma[i];
+        const float g = widen(dyr[i]) * gamma[i];
         sum_g += g;
-        sum_gx += g * (xr[i] - mean) * rstd;
+        sum_gx += g * (widen(xr[i]) - mean) * rstd;
     }
     const float mean_g = warp_sum(sum_g) / (float)d;
     const float mean_gx = warp_sum(sum_gx) / (float)d;
     for (int i = threadIdx.x; i < d; i += WARP) {
-        const float xhat = (xr[i] - mean) * rstd;
-        dxr[i] = rstd * (dyr[i] * gamma[i] - mean_g - xhat * mean_gx);
+        const float xhat = (widen(xr[i]) - mean) * rstd;
+        dxr[i] = rstd * (widen(dyr[i]) * gamma[i] - mean_g - xhat * mean_gx);
     }
     if (threadIdx.x == 0) {
         stats[2 * row] = mean;
@@ -113,13 +128,27 @@ extern "C" __global__ void cumind_layer_norm_backward_rows_f32(const float *dy, 
     }
 }
 
+extern "C" __global__ void cumind_layer_norm_backward_rows_f32(const float *dy, const float *x,
+                                                               const float *gamma, float *dx,
+                                                               float *stats, int rows, int d,
+                                                               float eps) {
+    layer_norm_backward_rows<float>(dy, x, gamma, dx, stats, rows, d, eps);
+}
+extern "C" __global__ void cumind_layer_norm_backward_rows_bf16(const __nv_bfloat16 *dy,
+                                                                const __nv_bfloat16 *x,
+                                                                const float *gamma, float *dx,
+                                                                float *stats, int rows, int d,
+                                                                float eps) {
+    layer_norm_backward_rows<__nv_bfloat16>(dy, x, gamma, dx, stats, rows, d, eps);
+}
+
 // Column sums over the rows, for column j = blockIdx.x * WARP + threadIdx.x: thread phase p =
 // threadIdx.y adds rows p, p + PHASES, ...; the phases are then added in order. With
 // WITH_XHAT: dgamma[j] = sum dy * xhat and sums[j] = sum dy (the layer norm's parameter
 // gradients, xhat from x and the row statistics); without: sums[j] = sum dy.
-template <bool WITH_XHAT, typename T>
-__device__ __forceinline__ void column_sums(const T *dy, const float *x, const float *stats,
-                                            float *dgamma, T *sums, int rows, int d) {
+template <bool WITH_XHAT, typename T, typename S>
+__device__ __forceinline__ void column_sums(const T *dy, const T *x, const float *stats,
+                                            float *dgamma, S *sums, int rows, int d) {
     __shared__ float part_xhat[PHASES][WARP];
     __shared__ float part_sum[PHASES][WARP];
     const int j = blockIdx.x * WARP + threadIdx.x;
@@ -129,7 +158,7 @@ __device__ __forceinline__ void column_sums(const T *dy, const float *x, const f
             const float g = widen(dy[(size_t)r * d + j]);
             s += g;
             if (WITH_XHAT) {
-                s_xhat += g * (x[(size_t)r * d + j] - stats[2 * r]) * stats[2 * r + 1];
+                s_xhat += g * (widen(x[(size_t)r * d + j]) - stats[2 * r]) * stats[2 * r + 1];
             }
         }
     }
@@ -145,7 +174,7 @@ __device__ __forceinline__ void column_sums(const T *dy, const float *x, const f
         if (WITH_XHAT) {
             dgamma[j] = total_xhat;
         }
-        sums[j] = narrow<T>(total);
+        sums[j] = narrow<S>(total);
     }
 }
 
@@ -153,18 +182,24 @@ __device__ __forceinline__ void column_sums(const T *dy, const float *x, const f
 extern "C" __global__ void cumind_layer_norm_param_grads_f32(const float *dy, const float *x,
                                                              const float *stats, float *dgamma,
                                                              float *dbeta, int rows, int d) {
-    column_sums<true, float>(dy, x, stats, dgamma, dbeta, rows, d);
+    column_sums<true, float, float>(dy, x, stats, dgamma, dbeta, rows, d);
+}
+extern "C" __global__ void cumind_layer_norm_param_grads_bf16(const __nv_bfloat16 *dy,
+                                                              const __nv_bfloat16 *x,
+                                                              const float *stats, float *dgamma,
+                                                              float *dbeta, int rows, int d) {
+    column_sums<true, __nv_bfloat16, float>(dy, x, stats, dgamma, dbeta, rows, d);
 }
 
 // sums[j] = sum over rows of g[row, j] (blockDim = (WARP, PHASES)): the bias's gradient,
 // accumulated in f32.
 extern "C" __global__ void cumind_sum_rows_f32(const float *g, float *sums, int rows, int d) {
-    column_sums<false, float>(g, NULL, NULL, NULL, sums, rows, d);
+    column_sums<false, float, float>(g, NULL, NULL, NULL, sums, rows, d);
 }
 
 extern "C" __global__ void cumind_sum_rows_bf16(const __nv_bfloat16 *g, __nv_bfloat16 *sums,
                                                 int rows, int d) {
-    column_sums<false, __nv_bfloat16>(g, NULL, NULL, NULL, sums, rows, d);
+    column_sums<false, __nv_bfloat16, __nv_bfloat16>(g, NULL, NULL, NULL, sums, rows, d);
 }
 
 #define GRID_STRIDE(i, n)                                                                      \
@@ -348,4 +383,355 @@ extern "C" __global__ void cumind_col2im_f32(const float *cols, float *dx, int c
 extern "C" __global__ void cumind_col2im_bf16(const __nv_bfloat16 *cols, __nv_bfloat16 *dx,
                                               int c, int h, int w, int k, size_t n) {
     col2im<__nv_bfloat16>(cols, dx, c, h, w, k, n);
+}
+
+// The same two kernels with the kernel size fixed at compile time (1, 3 or 5: the divisions
+// by k become multiplications), for the common sizes.
+// One thread per patch entry (n entries), the kernel size fixed: the f32 kernels. (One
+// thread per row and channel, below, ran f32 convolutions 1.3 times slower on an H200 and
+// bf16 ones faster.)
+template <int K, typename T>
+__device__ void im2col_e(const T *src, T *cols, int c, int h, int w, size_t n) {
+    const int p = K / 2;
+    const int hw = h * w;
+    GRID_STRIDE(i, n) {
+        const int entries = c * K * K;
+        const int row = (int)i / entries;
+        const int e = (int)i - row * entries;
+        const int ci = e / (K * K);
+        const int r = e - ci * (K * K);
+        const int ky = r / K;
+        const int kx = r - ky * K;
+        const int b = row / hw;
+        const int pos = row - b * hw;
+        const int y = pos / w;
+        const int x = pos - y * w;
+        const int sy = y + ky - p;
+        const int sx = x + kx - p;
+        cols[i] = (sy >= 0 && sy < h && sx >= 0 && sx < w)
+                      ? src[((b * c + ci) * h + sy) * w + sx]
+                      : narrow<T>(0.0f);
+    }
+}
+
+template <int K, typename T>
+__device__ void im2col_k(const T *src, T *cols, int c, int h, int w, size_t n) {
+    // One thread per (patch row, channel): its K * K entries are neighbours in the row, and
+    // neighbouring threads' entries follow each other, so a warp writes one contiguous span.
+    // n is the number of (row, channel) pairs.
+    const int p = K / 2;
+    const int hw = h * w;
+    GRID_STRIDE(i, n) {
+        const int row = (int)i / c;
+        const int ci = (int)i - row * c;
+        const int b = row / hw;
+        const int pos = row - b * hw;
+        const int y = pos / w;
+        const int x = pos - y * w;
+        const T *plane = src + (size_t)(b * c + ci) * hw;
+        T *out = cols + (size_t)row * (c * K * K) + ci * (K * K);
+#pragma unroll
+        for (int ky = 0; ky < K; ++ky) {
+            const int sy = y + ky - p;
+#pragma unroll
+            for (int kx = 0; kx < K; ++kx) {
+                const int sx = x + kx - p;
+                out[ky * K + kx] = (sy >= 0 && sy < h && sx >= 0 && sx < w) ? plane[sy * w + sx]
+                                                                           : narrow<T>(0.0f);
+            }
+        }
+    }
+}
+
+template <int K, typename T>
+__device__ void col2im_k(const T *cols, T *dx, int c, int h, int w, size_t n) {
+    const int p = K / 2;
+    const int hw = h * w;
+    GRID_STRIDE(i, n) {
+        const int plane = (int)i / hw;
+        const int pos = (int)i - plane * hw;
+        const int y = pos / w;
+        const int x = pos - y * w;
+        const int ci = plane % c;
+        const int b = plane / c;
+        float s = 0.0f;
+#pragma unroll
+        for (int ky = 0; ky < K; ++ky) {
+            const int oy = y - ky + p;
+#pragma unroll
+            for (int kx = 0; kx < K; ++kx) {
+                const int ox = x - kx + p;
+                if (oy >= 0 && oy < h && ox >= 0 && ox < w) {
+                    s += widen(cols[((size_t)(b * h + oy) * w + ox) * (c * K * K) + ci * (K * K) +
+                                    ky * K + kx]);
+                }
+            }
+        }
+        dx[i] = narrow<T>(s);
+    }
+}
+
+#define UNFOLD_K(K)                                                                            \
+    extern "C" __global__ void cumind_im2col_k##K##_f32(const float *src, float *cols, int c,   \
+                                                        int h, int w, int k, size_t n) {        \
+        im2col_e<K, float>(src, cols, c, h, w, n);                                             \
+    }                                                                                          \
+    extern "C" __global__ void cumind_im2col_k##K##_bf16(const __nv_bfloat16 *src,              \
+                                                         __nv_bfloat16 *cols, int c, int h,     \
+                                                         int w, int k, size_t n) {              \
+        im2col_k<K, __nv_bfloat16>(src, cols, c, h, w, n);                                     \
+    }                                                                                          \
+    extern "C" __global__ void cumind_col2im_k##K##_f32(const float *cols, float *dx, int c,    \
+                                                        int h, int w, int k, size_t n) {        \
+        col2im_k<K, float>(cols, dx, c, h, w, n);                                              \
+    }                                                                                          \
+    extern "C" __global__ void cumind_col2im_k##K##_bf16(const __nv_bfloat16 *cols,             \
+                                                         __nv_bfloat16 *dx, int c, int h,       \
+                                                         int w, int k, size_t n) {              \
+        col2im_k<K, __nv_bfloat16>(cols, dx, c, h, w, n);                                      \
+    }
+UNFOLD_K(1)
+UNFOLD_K(3)
+UNFOLD_K(5)
+
+// ---------------------------------------------------------------------------------------------
+// Implicit-GEMM convolution in bf16 on the tensor cores (network::unfold::conv2d_implicit).
+//
+// out[b, o, y, x] = bias[o] + sum over (ky, kx, ci) of
+//                   w[o, ci, ky, kx] * src[b, ci, y + ky - k / 2, x + kx - k / 2]
+// for a "same" k x k convolution with stride 1, src and out NCHW. As a matrix product: rows are
+// the P = B * H * W positions, columns the O filters, and the reduction runs over the kernel's
+// taps (ky, kx) and, within a tap, over the channels, CONV_BK at a time. The patch entries are
+// gathered from src as they are needed (never written out as im2col's patches are): within one
+// step every entry of a position shares the tap, so one bounds check serves the step and each
+// entry is one address and one load. Products in bf16, sums in f32 (WMMA 16x16x16 fragments),
+// the bias added and the result rounded once.
+//
+// A block computes CONV_BM positions x CONV_BN filters with 8 warps (4 x 2, 32 x 32 each); the
+// next step's entries are loaded into registers while the tensor cores work on the current
+// one. Needs compute capability 8.0 (bf16 WMMA); built for less, the kernel traps, and the host
+// side never launches it there.
+
+#include <mma.h>
+
+#define CONV_BM 128
+#define CONV_BN 64
+#define CONV_BK 32
+#define CONV_THREADS 256
+// Padded leading dimensions of the shared tiles (multiples of 8 bf16 / 4 f32, as WMMA needs).
+#define CONV_LDA (CONV_BM + 8)
+#define CONV_LDB (CONV_BK + 8)
+#define CONV_LDC (CONV_BM + 4)
+// Per thread and step: pairs of A entries (two neighbouring positions, one 32-bit shared
+// store) and pairs of B entries (two neighbouring channels of one filter).
+#define CONV_A_PAIRS 8
+#define CONV_B_PAIRS 4
+
+// Where one position's patch starts in src, and whether it exists.
+struct ConvPosition {
+    int base, y, x, valid;
+};
+
+__device__ __forceinline__ ConvPosition conv_position(int p, int positions, int c, int h, int w) {
+    ConvPosition q = {0, 0, 0, p < positions};
+    if (q.valid) {
+        const int hw = h * w;
+        const int b = p / hw;
+        const int r = p - b * hw;
+        q.y = r / w;
+        q.x = r - q.y * w;
+        q.base = b * c * hw + q.y * w + q.x;
+    }
+    return q;
+}
+
+// The entries ci0 + a_kk + 4 j (j < CONV_A_PAIRS) of tap (dy, dx) for two positions.
+__device__ __forceinline__ void conv_load_a(const __nv_bfloat16 *__restrict__ src, int ci0, int c,
+                                            int hw, int h, int w, int dy, int dx,
+                                            const ConvPosition &q0, const ConvPosition &q1,
+                                            int a_kk, __nv_bfloat162 *regs) {
+    const int shift = dy * w + dx;
+    const bool in0 = q0.valid && q0.y + dy >= 0 && q0.y + dy < h && q0.x + dx >= 0 &&
+                     q0.x + dx < w;
+    const bool in1 = q1.valid && q1.y + dy >= 0 && q1.y + dy < h && q1.x + dx >= 0 &&
+                     q1.x + dx < w;
+    const int base0 = in0 ? q0.base + shift : 0;
+    const int base1 = in1 ? q1.base + shift : 0;
+    const __nv_bfloat16 zero = __float2bfloat16(0.0f);
+#pragma unroll
+    for (int j = 0; j < CONV_A_PAIRS; ++j) {
+        const int ci = ci0 + a_kk + 4 * j;
+        const bool ok = ci < c;
+        const int offset = ok ? ci * hw : 0;
+        const __nv_bfloat16 v0 = src[base0 + offset];
+        const __nv_bfloat16 v1 = src[base1 + offset];
+        regs[j].x = (in0 && ok) ? v0 : zero;
+        regs[j].y = (in1 && ok) ? v1 : zero;
+    }
+}
+
+// B[kk][n] = w[n, ci0 + kk, tap] for the pairs of entries (b_kk, b_kk + 1) of filters b_n,
+// b_n + 16, ...
+__device__ __forceinline__ void conv_load_b(const __nv_bfloat16 *__restrict__ wt, int ci0, int c,
+                                            int kk_taps, int tap, int n0, int o, int b_kk,
+                                            int b_n, __nv_bfloat162 *regs) {
+    const __nv_bfloat16 zero = __float2bfloat16(0.0f);
+    const int ci = ci0 + b_kk;
+    const int kdim = c * kk_taps;
+#pragma unroll
+    for (int j = 0; j < CONV_B_PAIRS; ++j) {
+        const int n = n0 + b_n + 16 * j;
+        const bool row = n < o;
+        const int at = (row ? n : 0) * kdim + tap;
+        const __nv_bfloat16 v0 = wt[at + (ci < c ? ci : 0) * kk_taps];
+        const __nv_bfloat16 v1 = wt[at + (ci + 1 < c ? ci + 1 : 0) * kk_taps];
+        regs[j].x = (row && ci < c) ? v0 : zero;
+        regs[j].y = (row && ci + 1 < c) ? v1 : zero;
+    }
+}
+
+template <int K>
+__device__ void conv_implicit(const __nv_bfloat16 *__restrict__ src,
+                              const __nv_bfloat16 *__restrict__ wt,
+                              const __nv_bfloat16 *__restrict__ bias, __nv_bfloat16 *__restrict__ out,
+                              int positions, int c, int h, int w, int o) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    using namespace nvcuda;
+    __shared__ __align__(128) __nv_bfloat16 as[CONV_BK * CONV_LDA];  // A, col-major: [k][m]
+    __shared__ __align__(128) __nv_bfloat16 bs[CONV_BN * CONV_LDB];  // B, col-major: [n][k]
+    __shared__ __align__(128) float cs[CONV_BN * CONV_LDC];          // result: [n][m]
+
+    const int tid = threadIdx.x;
+    const int warp = tid / WARP;
+    const int wm = warp / 2, wn = warp % 2;
+    const int hw = h * w;
+    const int m0 = blockIdx.x * CONV_BM;
+    const int n0 = blockIdx.y * CONV_BN;
+
+    // This thread's two positions for the A loads (fixed over the reduction) and its entries
+    // a_kk, a_kk + 4, ... of each step.
+    const int am = 2 * (tid % (CONV_BM / 2));
+    const int a_kk = tid / (CONV_BM / 2);
+    const ConvPosition q0 = conv_position(m0 + am, positions, c, h, w);
+    const ConvPosition q1 = conv_position(m0 + am + 1, positions, c, h, w);
+    // This thread's B entries: a pair of channels (b_kk, b_kk + 1) of filters b_n, b_n + 16, ...
+    const int b_kk = 2 * (tid % (CONV_BK / 2));
+    const int b_n = tid / (CONV_BK / 2);
+
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+
+    // Steps: every tap, and within it the channels CONV_BK at a time.
+    const int chunks = (c + CONV_BK - 1) / CONV_BK;
+    const int steps = K * K * chunks;
+    __nv_bfloat162 ra[CONV_A_PAIRS], rb[CONV_B_PAIRS];
+    conv_load_a(src, 0, c, hw, h, w, -(K / 2), -(K / 2), q0, q1, a_kk, ra);
+    conv_load_b(wt, 0, c, K * K, 0, n0, o, b_kk, b_n, rb);
+    for (int step = 0; step < steps; ++step) {
+#pragma unroll
+        for (int j = 0; j < CONV_A_PAIRS; ++j)
+            *reinterpret_cast<__nv_bfloat162 *>(as + (a_kk + 4 * j) * CONV_LDA + am) = ra[j];
+#pragma unroll
+        for (int j = 0; j < CONV_B_PAIRS; ++j) {
+            bs[(b_n + 16 * j) * CONV_LDB + b_kk] = rb[j].x;
+            bs[(b_n + 16 * j) * CONV_LDB + b_kk + 1] = rb[j].y;
+        }
+        __syncthreads();
+        if (step + 1 < steps) {
+            const int tap = (step + 1) / chunks;
+            const int ci0 = ((step + 1) - tap * chunks) * CONV_BK;
+            const int ky = tap / K;
+            const int kx = tap - ky * K;
+            conv_load_a(src, ci0, c, hw, h, w, ky - K / 2, kx - K / 2, q0, q1, a_kk, ra);
+            conv_load_b(wt, ci0, c, K * K, tap, n0, o, b_kk, b_n, rb);
+        }
+#pragma unroll
+        for (int ks = 0; ks < CONV_BK; ks += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::col_major> fa[2];
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb[2];
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+                wmma::load_matrix_sync(fa[i], as + ks * CONV_LDA + wm * 32 + i * 16, CONV_LDA);
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+                wmma::load_matrix_sync(fb[j], bs + (wn * 32 + j * 16) * CONV_LDB + ks, CONV_LDB);
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+    // The result tile, filter-major, then bias and the NCHW store: thread t writes position
+    // t % 128 of filters t / 128, t / 128 + 2, ...
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+            wmma::store_matrix_sync(cs + (wn * 32 + j * 16) * CONV_LDC + wm * 32 + i * 16,
+                                    acc[i][j], CONV_LDC, wmma::mem_col_major);
+    __syncthreads();
+    const int cm = tid % CONV_BM;
+    const int p = m0 + cm;
+    if (p < positions) {
+        const int b = p / hw;
+        const int r = p - b * hw;
+        for (int n = tid / CONV_BM; n < CONV_BN; n += CONV_THREADS / CONV_BM) {
+            const int f = n0 + n;
+            if (f < o) {
+                out[((size_t)b * o + f) * hw + r] =
+                    __float2bfloat16(cs[n * CONV_LDC + cm] + __bfloat162float(bias[f]));
+            }
+        }
+    }
+#else
+    __trap();
+#endif
+}
+
+#define CONV_IMPLICIT(K)                                                                       \
+    extern "C" __global__ void __launch_bounds__(CONV_THREADS, 2)                               \
+        cumind_conv_implicit_k##K##_bf16(const __nv_bfloat16 *src, const __nv_bfloat16 *wt,     \
+                                          const __nv_bfloat16 *bias, __nv_bfloat16 *out,        \
+                                          int positions, int c, int h, int w, int o) {          \
+        conv_implicit<K>(src, wt, bias, out, positions, c, h, w, o);                           \
+    }
+CONV_IMPLICIT(1)
+CONV_IMPLICIT(3)
+CONV_IMPLICIT(5)
+
+// Min-max scaling of each row of d values to [0, 1]: (x - min) / (max - min + 1e-5), one warp
+// per row, in f32 (bf16 rows rounded once at the end). The latent states' normalisation, as
+// one kernel for inference (the written-out form is six ops, each a pass over the batch).
+template <typename T>
+__device__ void min_max_scale(const T *x, T *out, int rows, int d) {
+    const int row = blockIdx.x * blockDim.y + threadIdx.y;
+    if (row >= rows) {
+        return;
+    }
+    const T *xr = x + (size_t)row * d;
+    T *o = out + (size_t)row * d;
+    float lo = INFINITY, hi = -INFINITY;
+    for (int i = threadIdx.x; i < d; i += WARP) {
+        const float v = widen(xr[i]);
+        lo = fminf(lo, v);
+        hi = fmaxf(hi, v);
+    }
+    lo = -warp_max(-lo);
+    hi = warp_max(hi);
+    const float scale = (hi - lo) + 1e-5f;
+    for (int i = threadIdx.x; i < d; i += WARP) {
+        o[i] = narrow<T>((widen(xr[i]) - lo) / scale);
+    }
+}
+
+extern "C" __global__ void cumind_min_max_scale_f32(const float *x, float *out, int rows, int d) {
+    min_max_scale<float>(x, out, rows, d);
+}
+extern "C" __global__ void cumind_min_max_scale_bf16(const __nv_bfloat16 *x, __nv_bfloat16 *out,
+                                                     int rows, int d) {
+    min_max_scale<__nv_bfloat16>(x, out, rows, d);
 }

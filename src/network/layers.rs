@@ -306,6 +306,11 @@ impl Trunk {
 /// # Shapes
 /// `s`: `[B, ...]`, flattened per sample for the statistics.
 pub fn min_max_scale(s: &Tensor) -> candle_core::Result<Tensor> {
+    // Inference on CUDA (no gradient to track): one fused kernel over each sample's features.
+    if s.device().is_cuda() && !s.track_op() && fused::fusable_elementwise(&[s]) {
+        let dims = s.dims().to_vec();
+        return fused::min_max_scale_rows(&s.flatten_from(1)?)?.reshape(dims);
+    }
     if s.rank() == 2 {
         let min = s.min_keepdim(1)?;
         let scale = ((s.max_keepdim(1)? - &min)? + 1e-5)?;

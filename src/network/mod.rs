@@ -5,6 +5,7 @@
 //! reduced in f32. The device arrives with the caller's choice; nothing here picks one.
 
 pub mod conv;
+pub mod cost;
 pub mod fused;
 #[cfg(feature = "cuda")]
 mod fused_cuda;

@@ -1,6 +1,8 @@
-//! A convolution as patches times a matrix, for CUDA: `im2col` unfolds each k x k
+//! Convolutions for CUDA. In f32, patches times a matrix: `im2col` unfolds each k x k
 //! neighbourhood of a board into a row, one cuBLAS product applies the filters, and the
-//! backward pass folds the patches' gradient back (`col2im`).
+//! backward pass folds the patches' gradient back (`col2im`). In bf16, one implicit-GEMM
+//! kernel on the tensor cores that gathers the patches inside the product
+//! ([`conv2d_implicit`]), whose backward pass recomputes them instead of keeping them.
 //!
 //! candle 0.11 computes a CUDA conv2d the same way, but its im2col kernel derives every index
 //! with 64-bit divisions: on an H200 it took 0.46 ms per convolution of a batch of 1,024
@@ -42,6 +44,161 @@ pub fn conv2d(x: &Tensor, weight: &Tensor, bias: &Tensor) -> candle_core::Result
         .transpose(1, 2)?
         .contiguous()?
         .reshape((b, o, h, w))
+}
+
+/// Whether a bf16 convolution of `x` with a `kernel` x `kernel` filter runs as one
+/// implicit-GEMM kernel on the tensor cores ([`conv2d_implicit`]): [`unfolds`], bf16, a kernel
+/// size of 1, 3 or 5, and a GPU (and PTX) of compute capability 8.0 or more.
+pub fn convolves_implicitly(x: &Tensor, kernel: usize) -> bool {
+    unfolds(x, kernel) && x.dtype() == DType::BF16 && matches!(kernel, 1 | 3 | 5) && {
+        #[cfg(feature = "cuda")]
+        {
+            static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+            *AVAILABLE.get_or_init(|| match x.device().as_cuda_device() {
+                Ok(dev) => super::fused_cuda::implicit_conv_available(dev),
+                Err(_) => false,
+            })
+        }
+        #[cfg(not(feature = "cuda"))]
+        false
+    }
+}
+
+/// A "same" convolution with stride 1 in bf16 as one implicit-GEMM kernel on CUDA (the
+/// patches are gathered inside the matrix product, never written out), with a backward pass
+/// that recomputes the patches instead of keeping them: the input gradient is the output
+/// gradient times the filters folded back by `col2im`, the filter gradient the output
+/// gradient times `im2col`'s patches of the input, the bias gradient a sum of rows. `x`
+/// `[B, C, H, W]`, `weight` `[O, C, k, k]` and `bias` `[O]` in bf16 -> `[B, O, H, W]` bf16.
+/// On the CPU the same op runs as a plain loop (the reference the CUDA kernel is tested
+/// against).
+pub fn conv2d_implicit(x: &Tensor, weight: &Tensor, bias: &Tensor) -> candle_core::Result<Tensor> {
+    let (_, c, h, w) = x.dims4()?;
+    let (o, wc, k, k2) = weight.dims4()?;
+    if wc != c || k != k2 || k % 2 == 0 {
+        candle_core::bail!(
+            "implicit conv2d: a {o}x{wc}x{k}x{k2} filter for {c} channels (needs a square, odd kernel)"
+        );
+    }
+    let filters = weight.reshape((o, c * k * k))?.contiguous()?;
+    x.contiguous()?.apply_op3(
+        &filters,
+        &bias.contiguous()?,
+        ImplicitConv(Geometry { c, h, w, k }),
+    )
+}
+
+/// See [`conv2d_implicit`]: arguments x `[B, C, H, W]`, filters `[O, C * k * k]`, bias `[O]`.
+struct ImplicitConv(Geometry);
+
+impl candle_core::CustomOp3 for ImplicitConv {
+    fn name(&self) -> &'static str {
+        "cumind-implicit-conv"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let g = self.0;
+        let board = g.c * g.h * g.w;
+        let b = g.samples(l1.shape(), board)?;
+        let (x, filters, bias) = (widened(s1, l1)?, widened(s2, l2)?, widened(s3, l3)?);
+        let entries = g.patch_len();
+        let o = bias.len();
+        if filters.len() != o * entries {
+            candle_core::bail!(
+                "implicit conv: {} filter values for {o} x {entries}",
+                filters.len()
+            );
+        }
+        let hw = g.h * g.w;
+        let mut out = vec![0f32; b * o * hw];
+        let mut patch = vec![0f32; entries];
+        for (sample, out) in x.chunks_exact(board).zip(out.chunks_exact_mut(o * hw)) {
+            for y in 0..g.h {
+                for xx in 0..g.w {
+                    for (v, i) in patch.iter_mut().zip(g.sources(y, xx)) {
+                        *v = i.map_or(0.0, |i| sample[i]);
+                    }
+                    for (f, row) in filters.chunks_exact(entries).enumerate() {
+                        let dot: f32 = row.iter().zip(&patch).map(|(a, b)| a * b).sum();
+                        out[f * hw + y * g.w + xx] = dot + bias[f];
+                    }
+                }
+            }
+        }
+        Ok((narrowed(out, s1), Shape::from((b, o, g.h, g.w))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::fused_cuda::conv_implicit((s1, l1), (s2, l2), (s3, l3), &self.0.into())
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        filters: &Tensor,
+        _bias: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let g = self.0;
+        let (b, o, h, w) = grad.dims4()?;
+        let taps = g.k * g.k;
+        let grad = grad.contiguous()?;
+        // The input gradient is itself a "same" convolution of the output gradient: with the
+        // filters' input and output channels swapped and each filter turned by 180 degrees,
+        // dx[b, ci, y, x] = sum over (o, ky, kx) of w[o, ci, k-1-ky, k-1-kx] g[b, o, y+ky-p, x+kx-p].
+        let reversed: Vec<u32> = (0..taps as u32).rev().collect();
+        let reversed = Tensor::from_vec(reversed, taps, grad.device())?;
+        let turned = filters
+            .reshape((o, g.c, taps))?
+            .index_select(&reversed, 2)?
+            .transpose(0, 1)?
+            .contiguous()?
+            .reshape((g.c, o * taps))?;
+        let zero_bias = Tensor::zeros(g.c, grad.dtype(), grad.device())?;
+        let dx = grad.apply_op3_no_bwd(
+            &turned,
+            &zero_bias,
+            &ImplicitConv(Geometry {
+                c: o,
+                h: g.h,
+                w: g.w,
+                k: g.k,
+            }),
+        )?;
+        // [B, O, H, W] -> one row of O per position: [B * H * W, O].
+        let rows = grad
+            .reshape((b, o, h * w))?
+            .transpose(1, 2)?
+            .contiguous()?
+            .reshape((b * h * w, o))?;
+        // The patches are recomputed here rather than kept from the forward pass.
+        let cols = x
+            .apply_op1_no_bwd(&Im2Col(g))?
+            .reshape((b * h * w, g.patch_len()))?;
+        let dfilters = rows.t()?.matmul(&cols)?;
+        // The bias gradient as a product with ones (f32 sums in cuBLAS over all positions).
+        let ones = Tensor::ones((1, b * h * w), grad.dtype(), grad.device())?;
+        let dbias = ones.matmul(&rows)?.reshape(o)?;
+        Ok((Some(dx), Some(dfilters), Some(dbias)))
+    }
 }
 
 /// `[B, C, H, W]` -> `[B, H * W, C * k * k]`: row `y * W + x` of sample b holds the k x k
@@ -261,6 +418,82 @@ mod tests {
                 &theirs.3,
                 1e-4,
                 &format!("k = {k}: bias gradients"),
+            );
+        }
+    }
+
+    /// The implicit convolution (its CPU loop and its backward pass of col2im, im2col and
+    /// matrix products) equals candle's conv2d with every gradient, in f32; in bf16 it stays
+    /// within bf16's rounding of the f32 result.
+    #[test]
+    fn the_implicit_convolution_equals_candles_conv2d_and_its_gradients() {
+        for (k, seed) in [(3, 1), (1, 2), (5, 3)] {
+            let (b, c, h, w, o) = (3, 4, 5, 6, 7);
+            let x = Var::from_tensor(&uniform(&[b, c, h, w], 1.0, seed)).unwrap();
+            let weight = Var::from_tensor(&uniform(&[o, c, k, k], 1.0, seed + 10)).unwrap();
+            let bias = Var::from_tensor(&uniform(&[o], 1.0, seed + 20)).unwrap();
+            let mix = uniform(&[b, o, h, w], 1.0, seed + 30);
+            let run = |implicit: Option<DType>| {
+                let y = match implicit {
+                    Some(dtype) => {
+                        let t = |v: &Var| v.as_tensor().to_dtype(dtype).unwrap();
+                        conv2d_implicit(&t(&x), &t(&weight), &t(&bias))
+                            .unwrap()
+                            .to_dtype(DType::F32)
+                            .unwrap()
+                    }
+                    None => x
+                        .as_tensor()
+                        .conv2d(weight.as_tensor(), k / 2, 1, 1, 1)
+                        .unwrap()
+                        .broadcast_add(&bias.as_tensor().reshape((1, o, 1, 1)).unwrap())
+                        .unwrap(),
+                };
+                let grads = (&y * &mix).unwrap().sum_all().unwrap().backward().unwrap();
+                let g = |v: &Var| values(grads.get(v.as_tensor()).unwrap());
+                (values(&y), g(&x), g(&weight), g(&bias))
+            };
+            let theirs = run(None);
+            let ours = run(Some(DType::F32));
+            assert_close(&ours.0, &theirs.0, 1e-5, &format!("k = {k}: outputs"));
+            assert_close(
+                &ours.1,
+                &theirs.1,
+                1e-5,
+                &format!("k = {k}: input gradients"),
+            );
+            assert_close(
+                &ours.2,
+                &theirs.2,
+                1e-4,
+                &format!("k = {k}: filter gradients"),
+            );
+            assert_close(
+                &ours.3,
+                &theirs.3,
+                1e-4,
+                &format!("k = {k}: bias gradients"),
+            );
+            // bf16: inputs and results rounded to 8 bits of mantissa (sums of up to 100 terms).
+            let half = run(Some(DType::BF16));
+            assert_close(&half.0, &theirs.0, 0.15, &format!("k = {k}: bf16 outputs"));
+            assert_close(
+                &half.1,
+                &theirs.1,
+                0.15,
+                &format!("k = {k}: bf16 input gradients"),
+            );
+            assert_close(
+                &half.2,
+                &theirs.2,
+                0.3,
+                &format!("k = {k}: bf16 filter gradients"),
+            );
+            assert_close(
+                &half.3,
+                &theirs.3,
+                0.3,
+                &format!("k = {k}: bf16 bias gradients"),
             );
         }
     }

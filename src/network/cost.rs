@@ -1,0 +1,100 @@
+//! What a network call costs, counted from its spec, and the rule that picks the CPU or a GPU
+//! for it (`--device auto`).
+//!
+//! A call on a GPU pays a floor of kernel launches and one device read whatever its size
+//! (CartPole's network: about 0.2 ms per recurrent inference at batch 1 on an H200), and then
+//! runs its arithmetic far faster than a CPU. A call on the CPU pays for its arithmetic alone.
+//! So a GPU pays once a call's arithmetic would keep the CPU busy longer than the GPU's floor.
+//! The threshold is measured (the table and the command in docs/benchmarks.md, "Choosing the
+//! device").
+
+use super::NetworkSpec;
+
+/// Floating-point operations (2 per multiply-add) of one recurrent inference, dynamics and
+/// prediction, for one position: the matrix products and convolutions, which dominate.
+pub fn recurrent_flops(spec: &NetworkSpec) -> f64 {
+    let a = spec.num_actions as f64;
+    let hd = spec.hidden_dim as f64;
+    let v = spec.value_support.size() as f64;
+    let r = spec.reward_support.size() as f64;
+    let blocks = spec.num_blocks as f64;
+    let macs = if spec.uses_conv() {
+        let c = spec.conv_channels as f64;
+        let n = (spec.observation_shape[1] * spec.observation_shape[2]) as f64;
+        let conv3 = |input: f64| n * input * c * 9.0;
+        let dynamics = conv3(c + a) + blocks * 2.0 * conv3(c) + n * c + n * hd + hd * r;
+        let prediction = blocks * 2.0 * conv3(c) + n * c * 3.0 + 2.0 * n * a + n * hd + hd * v;
+        dynamics + prediction
+    } else {
+        let l = spec.latent_dim as f64;
+        let dynamics = (l + a) * hd + blocks * 2.0 * hd * hd + hd * l + hd * hd + hd * r;
+        let prediction = l * hd + blocks * 2.0 * hd * hd + hd * a + hd * hd + hd * v;
+        dynamics + prediction
+    };
+    2.0 * macs
+}
+
+/// The measured rule: a call of `flops` floating-point operations in all (per position times
+/// the batch) runs faster on a GPU than on the CPU above [`GPU_THRESHOLD_FLOPS`].
+///
+/// Measured on an H200 host with 16 CPU threads over MLPs of 64 to 512 units and the conv
+/// ResNet of Connect Four at batches 1 to 4,096 (docs/benchmarks.md): 15 of the 16 networks and
+/// batches fall on the side of the threshold that was faster. More CPU threads did not move
+/// it: the networks' products are too small for many threads to share, and the 2-core
+/// machine ran CartPole's network at batch 256 faster than the 16 threads of that host.
+pub fn gpu_pays(flops: f64) -> bool {
+    flops > GPU_THRESHOLD_FLOPS
+}
+
+/// The call size, in floating-point operations, above which a GPU is faster (see
+/// [`gpu_pays`]): where a call's arithmetic on the CPU (about 10 to 35 GFLOP/s measured) takes
+/// as long as the GPU's floor of launches and a device read (0.2 to 0.5 ms per call).
+pub const GPU_THRESHOLD_FLOPS: f64 = 10e6;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::support::Support;
+
+    fn spec(observation_shape: Vec<usize>, hidden: usize, blocks: usize) -> NetworkSpec {
+        NetworkSpec {
+            observation_shape,
+            num_actions: 7,
+            hidden_dim: hidden,
+            latent_dim: 32,
+            num_blocks: blocks,
+            conv_channels: 64,
+            force_mlp: false,
+            value_support: Support::symmetric(2),
+            reward_support: Support::symmetric(2),
+            projection_dim: 0,
+            observation_scale: Vec::new(),
+            value_prefix_dim: 0,
+            value_prefix_horizon: 0,
+        }
+    }
+
+    /// The conv count by hand for Connect Four's GPU preset (4 blocks of 64 channels on 6 x 7):
+    /// 17 3x3 convolutions carry nearly all of it.
+    #[test]
+    fn the_conv_count_is_its_convolutions() {
+        let s = spec(vec![3, 6, 7], 256, 4);
+        let convs = 42.0 * 9.0 * 64.0 * (71.0 + 16.0 * 64.0);
+        let flops = recurrent_flops(&s);
+        assert!(flops > 2.0 * convs && flops < 2.0 * convs * 1.01, "{flops}");
+    }
+
+    /// More blocks, a wider trunk or a conv net each cost more, and a call's cost decides.
+    #[test]
+    fn bigger_networks_and_batches_tip_the_rule_to_the_gpu() {
+        let small = recurrent_flops(&spec(vec![4], 64, 0));
+        let wide = recurrent_flops(&spec(vec![4], 512, 2));
+        let conv = recurrent_flops(&spec(vec![3, 6, 7], 256, 4));
+        assert!(small < wide && wide < conv);
+        // CartPole's network at 256 environments stays on the CPU, at 4,096 it goes to the
+        // GPU; the conv net goes to the GPU from batch 1.
+        assert!(!gpu_pays(small * 256.0));
+        assert!(gpu_pays(small * 4096.0));
+        assert!(gpu_pays(conv));
+    }
+}
