@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CuMind's search against DeepMind's mctx on this CPU, in one go, so the ratio comes from one
-# session: mctx (jax, jit-compiled) with ../shared/bench/mctx_throughput.py, then
+# session: mctx (jax, jit-compiled) with scripts/peers/mctx_throughput.py, then
 # `cumind benchmark` with the same widths (latent 64, hidden 64, 50 simulations, 2 actions),
 # pUCT at batches 1, 16, 64, 256 and Gumbel at 64. Prints the machine's load before and after
 # and the speed ratio per batch size (mctx ms / CuMind ms: above 1, CuMind is faster).
@@ -8,13 +8,13 @@
 #   scripts/compare_mctx.sh                 # results in benchmarks/mctx-<time>/ or $OUT_DIR
 #
 # mctx is installed once into $MCTX_VENV (default ~/.cache/cumind-mctx-venv) with the pinned
-# versions of ../shared/bench/requirements-mctx.txt (jax 0.10.2, mctx 0.0.71). The model
+# versions of scripts/peers/requirements-mctx.txt (jax 0.10.2, mctx 0.0.71). The model
 # differs in ways that favour mctx: CuMind's has layer normalisation, categorical value and
 # reward heads and an extra hidden layer in each head.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BENCH_DIR=${BENCH_DIR:-../shared/bench}
+BENCH_DIR=${BENCH_DIR:-scripts/peers}
 MCTX_SCRIPT=$BENCH_DIR/mctx_throughput.py
 if [ ! -f "$MCTX_SCRIPT" ]; then
   echo "compare_mctx.sh: $MCTX_SCRIPT not found (set BENCH_DIR to the folder holding mctx_throughput.py)" >&2
@@ -26,12 +26,7 @@ mkdir -p "$OUT_DIR"
 
 if [ ! -x "$MCTX_VENV/bin/python" ] || ! "$MCTX_VENV/bin/python" -c 'import mctx' 2>/dev/null; then
   python3 -m venv "$MCTX_VENV"
-  if [ -f "$BENCH_DIR/requirements-mctx.txt" ]; then
-    "$MCTX_VENV/bin/pip" install -q -r "$BENCH_DIR/requirements-mctx.txt"
-  else
-    "$MCTX_VENV/bin/pip" install -q "jax[cpu]==0.10.2" "jaxlib==0.10.2" "mctx==0.0.71" \
-      "chex==0.1.92" "numpy==2.4.6"
-  fi
+  "$MCTX_VENV/bin/pip" install -q -r "$BENCH_DIR/requirements-mctx.txt"
 fi
 BIN=${BIN:-target/release/cumind}
 if [ "$BIN" = target/release/cumind ]; then

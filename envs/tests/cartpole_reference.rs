@@ -1,4 +1,4 @@
-//! Replays CartPole-v1 episodes recorded from Gymnasium 1.4.0 (see `shared/data/README.md`) and
+//! Replays CartPole-v1 episodes recorded from Gymnasium 1.4.0 (see `tests/data/README.md`) and
 //! requires our port to agree at every step: the `f32` observation exactly, the `f64` state to
 //! 1e-12, and reward, terminated and truncated identically.
 
@@ -7,7 +7,7 @@ use serde_json::Value;
 
 const REFERENCE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/data/cartpole_v1_reference.json"
+    "/tests/data/cartpole_v1_reference.json"
 );
 
 /// Python's `json` writes infinite bounds as the bare words `Infinity` and `-Infinity`, which
