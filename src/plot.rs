@@ -7,7 +7,8 @@
 //! map every point to environment steps and wall time by linear interpolation.
 //!
 //! Text needs a TrueType font: plotters is built without fontconfig (no system library to
-//! install), so [`find_font`] looks in the usual places and `--font` names one explicitly.
+//! install), so DejaVu Sans is built into the binary (the `dejavu` crate; the fonts' own
+//! licence allows embedding them), and `--font` names another TrueType file.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,8 +34,6 @@ pub enum PlotError {
     },
     #[error("{0}: no scalars to plot (is it a run's log directory, like runs/<name>?)")]
     Empty(PathBuf),
-    #[error("no TrueType font found (looked for {0}); give one with --font PATH (any .ttf file)")]
-    NoFont(String),
     #[error("cannot use the font {path}: {reason}")]
     BadFont { path: PathBuf, reason: String },
     #[error("cannot draw {path}: {reason}")]
@@ -193,39 +192,27 @@ fn panels(runs: &[RunCurves]) -> Vec<Panel> {
     vec![eval, train, loss]
 }
 
-/// Font files tried in order when none is given.
-pub const FONT_CANDIDATES: &[&str] = &[
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-    "/usr/share/fonts/liberation-sans/LiberationSans-Regular.ttf",
-    "/usr/share/fonts/truetype/freefont/FreeSans.ttf",
-    "/Library/Fonts/Arial.ttf",
-    "C:\\Windows\\Fonts\\arial.ttf",
-];
-
-/// The first of [`FONT_CANDIDATES`] that exists.
-pub fn find_font() -> Result<PathBuf, PlotError> {
-    FONT_CANDIDATES
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-        .ok_or_else(|| PlotError::NoFont(FONT_CANDIDATES.join(", ")))
-}
-
-/// Register the font at `path` as plotters' sans-serif (once per process).
-fn register_font(path: &Path) -> Result<(), PlotError> {
+/// Register plotters' sans-serif font (once per process): the TrueType file at `path`, or
+/// the built-in DejaVu Sans.
+fn register_font(path: Option<&Path>) -> Result<(), PlotError> {
     static REGISTERED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
     let result = REGISTERED.get_or_init(|| {
-        let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
-        // plotters keeps fonts for the life of the process.
-        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        let bytes: &'static [u8] = match path {
+            None => dejavu::sans::regular(),
+            Some(path) => {
+                let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+                // plotters keeps fonts for the life of the process.
+                Box::leak(bytes.into_boxed_slice())
+            }
+        };
         plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
             .map_err(|_| "not a TrueType font".to_string())
     });
     result.clone().map_err(|reason| PlotError::BadFont {
-        path: path.to_path_buf(),
+        path: path.map_or_else(
+            || PathBuf::from("(built-in DejaVu Sans)"),
+            Path::to_path_buf,
+        ),
         reason,
     })
 }
@@ -239,8 +226,9 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(140, 86, 75),
 ];
 
-/// Draw `runs` into a PNG at `out` (1500 x 800), with the font at `font`.
-pub fn draw(runs: &[RunCurves], out: &Path, font: &Path) -> Result<(), PlotError> {
+/// Draw `runs` into a PNG at `out` (1500 x 800), with the TrueType font at `font` (`None`:
+/// the built-in DejaVu Sans).
+pub fn draw(runs: &[RunCurves], out: &Path, font: Option<&Path>) -> Result<(), PlotError> {
     register_font(font)?;
     let fail = |reason: String| PlotError::Draw {
         path: out.to_path_buf(),

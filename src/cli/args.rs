@@ -120,8 +120,7 @@ pub struct PlotArgs {
     /// The PNG to write.
     #[arg(long, default_value = "curves.png")]
     pub out: PathBuf,
-    /// A TrueType font for the labels (default: the first found of DejaVu Sans, Liberation
-    /// Sans, FreeSans in the usual system folders).
+    /// A TrueType font for the labels (default: DejaVu Sans, built into the binary).
     #[arg(long, value_name = "PATH")]
     pub font: Option<PathBuf>,
 }

@@ -432,8 +432,8 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
     }
     // The run's learning curves beside its logs; a failure here costs only the picture.
     let picture = log_dir.join("curves.png");
-    let drawn = cumind::plot::find_font()
-        .and_then(|font| cumind::plot::draw(&[cumind::plot::read_run(&log_dir)?], &picture, &font));
+    let drawn =
+        cumind::plot::read_run(&log_dir).and_then(|run| cumind::plot::draw(&[run], &picture, None));
     match drawn {
         Ok(()) => println!("curves: {}", picture.display()),
         Err(err) => eprintln!("warning: no curves.png: {err}"),
@@ -729,11 +729,7 @@ fn run_plot(config_args: &ConfigArgs, args: PlotArgs) -> Result<()> {
         .iter()
         .map(|dir| cumind::plot::read_run(dir))
         .collect::<Result<Vec<_>, _>>()?;
-    let font = match &args.font {
-        Some(path) => path.clone(),
-        None => cumind::plot::find_font()?,
-    };
-    cumind::plot::draw(&runs, &args.out, &font)?;
+    cumind::plot::draw(&runs, &args.out, args.font.as_deref())?;
     println!("{} runs drawn into {}", runs.len(), args.out.display());
     Ok(())
 }
