@@ -59,7 +59,7 @@ mod cuda {
         let status = command.status().unwrap_or_else(|e| {
             panic!(
                 "running {} to compile {SOURCE} (the `cuda` feature needs the CUDA toolkit's \
-                 nvcc; see the README's GPU build): {e}",
+                 nvcc; see docs/gpu.md): {e}",
                 nvcc.display()
             )
         });

@@ -30,7 +30,6 @@ pub mod metrics;
 pub mod model;
 pub mod network;
 pub mod op_count;
-pub mod plot;
 pub mod replay;
 pub mod search;
 pub mod selfplay;

@@ -168,7 +168,7 @@ fn fingerprint(config: &Config) -> RunFingerprint {
     )
 }
 
-/// Issue 7: with actor threads, what the agent learns must not depend on how the threads are
+/// With actor threads, what the agent learns must not depend on how the threads are
 /// scheduled. The second run competes with threads that keep every core busy, which changes
 /// the interleaving; the weights, training steps and episode returns must still be identical.
 #[test]
@@ -298,7 +298,7 @@ fn random_openings_reach_the_replay_in_both_self_play_modes() {
     }
 }
 
-/// Issue 8: a short learning run on a tiny two-player game with a known solution (take one or
+/// A short learning run on a tiny two-player game with a known solution (take one or
 /// two stones, the last stone wins). Checked by the exhaustive audit against every opponent:
 /// as first player the agent wins whatever the opponent does, and on neither side does it miss
 /// a winning move or give away a won position.

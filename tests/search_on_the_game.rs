@@ -1,4 +1,4 @@
-//! Issue 8, item 1: the search run over a model that *is* tic-tac-toe (the real rules as the
+//! The search run over a model that *is* tic-tac-toe (the real rules as the
 //! dynamics, the exact minimax value and a policy that prefers the minimax moves as the
 //! prediction) must find the winning move and the only blocking move, with pUCT and with Gumbel
 //! MuZero. If the search's signs, discounting or backups were wrong for two players, these

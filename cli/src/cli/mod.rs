@@ -52,7 +52,7 @@ fn open(kind: DeviceKind, alone: bool) -> Result<Device> {
             if !candle_core::utils::cuda_is_available() {
                 bail!(
                     "device `{kind}` asked for, but this cumind was built without the `cuda` feature: \
-                     rebuild with `cargo build --release --features cuda` (see README, \"GPU build\")"
+                     rebuild with `cargo build --release --features cuda` (see docs/gpu.md)"
                 );
             }
             // One real stream per GPU, shared by every thread that uses this device. Candle's
@@ -68,7 +68,7 @@ fn open(kind: DeviceKind, alone: bool) -> Result<Device> {
                 format!(
                     "cannot open CUDA device {index}: is an NVIDIA GPU with a driver present, and \
                      does the driver support the CUDA version this binary was built with \
-                     (README, \"GPU run-time libraries\")?"
+                     (docs/gpu.md, \"GPU run-time libraries\")?"
                 )
             })?;
             #[cfg(feature = "cuda")]
@@ -198,7 +198,7 @@ fn join_mpi(args: &TrainArgs) -> Result<Option<Arc<dyn Collective>>> {
 fn join_mpi(_args: &TrainArgs) -> Result<Option<Arc<dyn Collective>>> {
     bail!(
         "--distributed mpi needs a build with MPI: `cargo build --release --features mpi` \
-         (Open MPI and libclang must be installed; see the README)"
+         (Open MPI and libclang must be installed; see docs/mpi.md)"
     )
 }
 
@@ -433,7 +433,7 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
     // The run's learning curves beside its logs; a failure here costs only the picture.
     let picture = log_dir.join("curves.png");
     let drawn =
-        cumind::plot::read_run(&log_dir).and_then(|run| cumind::plot::draw(&[run], &picture, None));
+        crate::plot::read_run(&log_dir).and_then(|run| crate::plot::draw(&[run], &picture, None));
     match drawn {
         Ok(()) => println!("curves: {}", picture.display()),
         Err(err) => eprintln!("warning: no curves.png: {err}"),
@@ -727,9 +727,9 @@ fn run_plot(config_args: &ConfigArgs, args: PlotArgs) -> Result<()> {
     let runs = args
         .runs
         .iter()
-        .map(|dir| cumind::plot::read_run(dir))
+        .map(|dir| crate::plot::read_run(dir))
         .collect::<Result<Vec<_>, _>>()?;
-    cumind::plot::draw(&runs, &args.out, args.font.as_deref())?;
+    crate::plot::draw(&runs, &args.out, args.font.as_deref())?;
     println!("{} runs drawn into {}", runs.len(), args.out.display());
     Ok(())
 }

@@ -9,7 +9,7 @@ fn benchmark_gpu(bin: &Path, out_dir: &Path) -> Output {
     Command::new("bash")
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/scripts/benchmark_gpu.sh"
+            "/../scripts/benchmark_gpu.sh"
         ))
         .env("BIN", bin)
         .env("OUT_DIR", out_dir)
@@ -81,7 +81,7 @@ fn the_benchmark_scripts_parse() {
         "compare_mctx.sh",
         "device_rule.sh",
     ] {
-        let path = format!("{}/scripts/{script}", env!("CARGO_MANIFEST_DIR"));
+        let path = format!("{}/../scripts/{script}", env!("CARGO_MANIFEST_DIR"));
         let out = Command::new("bash").args(["-n", &path]).output().unwrap();
         assert!(out.status.success(), "{script}: {}", text(&out));
     }

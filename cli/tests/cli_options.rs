@@ -1,4 +1,4 @@
-//! Issue 7: every `--config` and `--set` counts wherever it stands (before the subcommand, after
+//! Every `--config` and `--set` counts wherever it stands (before the subcommand, after
 //! it, or both), in the order written; input a command would not read is refused or warned
 //! about. Each test drives the real binary in its own temporary directory.
 
@@ -16,7 +16,7 @@ fn config_of(dir: &Path, args: &[&str]) -> serde_json::Value {
 }
 
 #[test]
-fn issue_7_set_before_after_and_on_both_sides_of_config() {
+fn set_before_after_and_on_both_sides_of_config() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     // The exact command of the issue.
@@ -65,7 +65,7 @@ fn issue_7_set_before_after_and_on_both_sides_of_config() {
 }
 
 #[test]
-fn issue_7_config_files_on_both_sides_layer_in_order() {
+fn config_files_on_both_sides_layer_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::write(
@@ -100,7 +100,7 @@ fn stored_config(run: &Path) -> serde_json::Value {
 }
 
 #[test]
-fn issue_7_train_stores_every_set_from_both_sides() {
+fn train_stores_every_set_from_both_sides() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let catch = preset("catch.json");
@@ -215,7 +215,7 @@ fn issue_7_train_stores_every_set_from_both_sides() {
 }
 
 #[test]
-fn issue_7_benchmark_takes_sets_from_both_sides_and_warns_about_unread_keys() {
+fn benchmark_takes_sets_from_both_sides_and_warns_about_unread_keys() {
     let dir = tempfile::tempdir().unwrap();
     let out = cumind(dir.path())
         .args([
@@ -254,7 +254,7 @@ fn issue_7_benchmark_takes_sets_from_both_sides_and_warns_about_unread_keys() {
 }
 
 #[test]
-fn issue_7_keys_the_run_would_not_read_are_warned_about() {
+fn keys_the_run_would_not_read_are_warned_about() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     // Gumbel MuZero (the default) reads no pUCT constant.

@@ -1,7 +1,7 @@
 //! Learning curves as a PNG: evaluation return, training return and the total loss of one or
 //! more runs, against environment steps (top row) and wall time (bottom row).
 //!
-//! The curves come from each run's `metrics.csv` (written by [`crate::metrics::CsvSink`] in the
+//! The curves come from each run's `metrics.csv` (written by [`cumind::metrics::CsvSink`] in the
 //! run's log directory). Losses are logged per training step; the run's
 //! `progress/training_steps` and `progress/elapsed_seconds` series (logged per environment step)
 //! map every point to environment steps and wall time by linear interpolation.
@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use plotters::prelude::*;
 use thiserror::Error;
 
-use crate::metrics::METRICS_CSV;
+use cumind::metrics::METRICS_CSV;
 
 /// Errors of [`read_run`] and [`draw`].
 #[derive(Debug, Error)]

@@ -1,4 +1,4 @@
-//! Issue 13: stops that lose nothing. SIGINT (Ctrl-C), SIGTERM and SIGHUP save a checkpoint; a write that fails
+//! Stops that lose nothing. SIGINT (Ctrl-C), SIGTERM and SIGHUP save a checkpoint; a write that fails
 //! part-way keeps the last good checkpoint; a damaged `latest` falls back to the newest complete
 //! checkpoint. Each case then resumes from the checkpoint that survived.
 
@@ -38,7 +38,7 @@ fn resume(dir: &Path, run_name: &str, budget: u64) -> String {
 }
 
 #[test]
-fn issue_13_sigint_sigterm_and_sighup_save_a_checkpoint_and_the_run_resumes() {
+fn sigint_sigterm_and_sighup_save_a_checkpoint_and_the_run_resumes() {
     // SIGINT is Ctrl-C; SIGTERM comes from schedulers, containers and systemd; SIGHUP from a
     // closed terminal. No periodic checkpoint comes before the signal.
     for signal in ["INT", "TERM", "HUP"] {
@@ -77,7 +77,7 @@ fn issue_13_sigint_sigterm_and_sighup_save_a_checkpoint_and_the_run_resumes() {
 }
 
 #[test]
-fn issue_13_a_write_that_fails_part_way_keeps_the_last_good_checkpoint() {
+fn a_write_that_fails_part_way_keeps_the_last_good_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     // Files may grow to 120 KiB: the first checkpoints fit, and the replay snapshot outgrows it
     // as the buffer fills. SIGXFSZ is ignored, so the write fails with EFBIG instead of
@@ -133,7 +133,7 @@ fn issue_13_a_write_that_fails_part_way_keeps_the_last_good_checkpoint() {
 }
 
 #[test]
-fn issue_13_a_damaged_latest_falls_back_to_the_newest_complete_checkpoint() {
+fn a_damaged_latest_falls_back_to_the_newest_complete_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let out = train_in_place(
         dir.path(),

@@ -3,6 +3,7 @@
 use clap::Parser;
 
 mod cli;
+mod plot;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
