@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CuMind's search against DeepMind's mctx on this CPU, in one go, so the ratio comes from one
-# session: mctx (jax, jit-compiled) with scripts/peers/mctx_throughput.py, then
+# run: mctx (jax, jit-compiled) with scripts/peers/mctx_throughput.py, then
 # `cumind benchmark` with the same widths (latent 64, hidden 64, 50 simulations, 2 actions),
 # pUCT at batches 1, 16, 64, 256 and Gumbel at 64. Prints the machine's load before and after
 # and the speed ratio per batch size (mctx ms / CuMind ms: above 1, CuMind is faster).

@@ -113,8 +113,8 @@ step 04-cpu-same-host "$BIN" --config agents/connect4_gpu.json benchmark --devic
   --dtypes float32 --batch-sizes 16,256 --repetitions 3 --warmup 1 --out "$OUT_DIR/04-cpu.json"
 
 # Where the conv net's kernel time goes, when Nsight Compute is installed: each kernel's
-# total time over a 2-simulation search of 1,024 boards (about 1,000 launches; the second GPU
-# session found candle's im2col and the written-out plane norm this way).
+# total time over a 2-simulation search of 1,024 boards (about 1,000 launches; a profile like
+# this found candle's im2col and the written-out plane norm to be most of it on an H200).
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
 if [ -n "$NCU" ]; then
   step 04-kernel-profile "$NCU" --metrics gpu__time_duration.sum --print-summary per-kernel \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 14's check over many seeds: train the sample-efficient preset once per seed, then
+# The sample-efficiency check over many seeds: train the sample-efficient preset once per seed, then
 # evaluate each run's checkpoint with `cumind eval` (20 episodes), and count the seeds that
 # reach a greedy mean of 475 within 3,000 environment steps (the trainer saw an evaluation of
 # 475 or more by then, and `cumind eval` on the checkpoint gives 475 or more) and 200 within
