@@ -19,7 +19,7 @@ fn config_of(dir: &Path, args: &[&str]) -> serde_json::Value {
 fn set_before_after_and_on_both_sides_of_config() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    // The exact command of the issue.
+    // The command that once lost the `--set` before the subcommand.
     let json = config_of(
         d,
         &[

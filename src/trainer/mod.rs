@@ -496,14 +496,14 @@ impl<'a> TrainingRun<'a> {
                 return Err(TrainError::RanksDiverged(difference));
             }
             // Every rank takes the same number of environment steps per iteration.
-            let this_session = self.counters.env_steps - env_steps_before;
+            let this_process = self.counters.env_steps - env_steps_before;
             sink.log(&format!(
                 "{} ranks hold identical parameters after {} training steps ({} environment \
-                 steps per rank, {} over all ranks, in this session)",
+                 steps per rank, {} over all ranks, since this process started)",
                 c.size(),
                 self.counters.training_steps,
-                this_session,
-                this_session * c.size() as u64
+                this_process,
+                this_process * c.size() as u64
             ));
             self.timing.rank_average = self.learner.rank_average_seconds();
             let steps = (self.counters.training_steps - training_steps_before).max(1) as f64;
