@@ -148,9 +148,7 @@ pub fn layer_norm(
     eps: f64,
 ) -> candle_core::Result<Tensor> {
     if fusable(&[x, gamma, beta]) {
-        return x
-            .contiguous()?
-            .apply_op3(gamma, beta, LayerNorm { eps: eps as f32 });
+        return layer_norm_op(x, gamma, beta, eps);
     }
     // bf16 or f16 compute over f32 scale and shift (CUDA's default): the statistics are in f32
     // either way, so the f32 kernel between two casts computes what the written-out ops do,
@@ -158,9 +156,7 @@ pub fn layer_norm(
     // On CUDA a bf16 input has a kernel of its own, which reads and writes bf16 (half the
     // bytes of the f32 kernel and no casts).
     if x.dtype() == DType::BF16 && x.device().is_cuda() && fusable(&[gamma, beta]) {
-        return x
-            .contiguous()?
-            .apply_op3(gamma, beta, LayerNorm { eps: eps as f32 });
+        return layer_norm_op(x, gamma, beta, eps);
     }
     if matches!(x.dtype(), DType::BF16 | DType::F16) && fusable(&[gamma, beta]) {
         let dtype = x.dtype();
@@ -186,6 +182,18 @@ pub fn layer_norm(
     } else {
         out.to_dtype(dtype)
     }
+}
+
+/// The fused layer norm itself, whatever the process-wide switch says (f32 input, or on CUDA
+/// bf16; f32 scale and shift).
+pub(crate) fn layer_norm_op(
+    x: &Tensor,
+    gamma: &Tensor,
+    beta: &Tensor,
+    eps: f64,
+) -> candle_core::Result<Tensor> {
+    x.contiguous()?
+        .apply_op3(gamma, beta, LayerNorm { eps: eps as f32 })
 }
 
 /// `sum(a_i * b_i)`, accumulated in eight lanes so that the compiler vectorises it (a plain
@@ -399,9 +407,15 @@ impl CustomOp3 for LayerNormBackward {
 /// `y`: `[..., N]`, `b`: `[N]` -> `[..., N]`.
 pub fn add_bias(y: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
     if fusable_elementwise(&[y, b]) {
-        return y.contiguous()?.apply_op2(b, BiasAdd);
+        return add_bias_op(y, b);
     }
     y.broadcast_add(b)
+}
+
+/// The fused bias add itself, whatever the process-wide switch says (what [`add_bias`] runs
+/// when it may, and what the tests check).
+pub(crate) fn add_bias_op(y: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
+    y.contiguous()?.apply_op2(b, BiasAdd)
 }
 
 struct BiasAdd;
@@ -535,9 +549,14 @@ impl CustomOp1 for MinMaxScale {
 /// `x >= 0`, as candle's does.
 pub fn relu(x: &Tensor) -> candle_core::Result<Tensor> {
     if fusable_elementwise(&[x]) && x.is_contiguous() {
-        return x.apply_op1(Relu);
+        return relu_op(x);
     }
     x.relu()
+}
+
+/// The fused ReLU itself, whatever the process-wide switch says.
+pub(crate) fn relu_op(x: &Tensor) -> candle_core::Result<Tensor> {
+    x.contiguous()?.apply_op1(Relu)
 }
 
 struct Relu;
@@ -612,13 +631,21 @@ impl CustomOp2 for ReluBackward {
 /// `logits`, `targets`: `[B, n]` -> `[B]`.
 pub fn soft_cross_entropy(logits: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
     if fusable(&[logits, targets]) {
-        return logits
-            .contiguous()?
-            .apply_op2(&targets.contiguous()?, SoftCrossEntropy);
+        return soft_cross_entropy_op(logits, targets);
     }
     (candle_nn::ops::log_softmax(logits, D::Minus1)? * targets)?
         .sum(D::Minus1)?
         .neg()
+}
+
+/// The fused soft cross-entropy itself, whatever the process-wide switch says.
+pub(crate) fn soft_cross_entropy_op(
+    logits: &Tensor,
+    targets: &Tensor,
+) -> candle_core::Result<Tensor> {
+    logits
+        .contiguous()?
+        .apply_op2(&targets.contiguous()?, SoftCrossEntropy)
 }
 
 /// Maximum and log-sum-exp of one row.
@@ -790,8 +817,10 @@ mod tests {
         result
     }
 
-    /// Output and input gradients of `f` on CPU inputs (the fused kernels), computed in the
-    /// inputs' dtype and returned in f32.
+    /// Output and input gradients of `f` on CPU inputs, computed in the inputs' dtype and
+    /// returned in f32. The tests pass the kernels' own ops here (`layer_norm_op`, ...), which
+    /// run whatever the process-wide switch says, so they test the fused path and not the
+    /// reference against itself.
     fn fused(
         f: impl Fn(&[Tensor]) -> Tensor,
         inputs: &[Tensor],
@@ -830,8 +859,9 @@ mod tests {
             (uniform(&[12], 0.5, 2) + 1.0).unwrap(),
             uniform(&[12], 0.5, 3),
         ];
+        let op = |t: &[Tensor]| layer_norm_op(&t[0], &t[1], &t[2], 1e-5).unwrap();
         let f = |t: &[Tensor]| layer_norm(&t[0], &t[1], &t[2], 1e-5).unwrap();
-        let got = fused(f, &inputs, &[true, true, true]);
+        let got = fused(op, &inputs, &[true, true, true]);
         let want = reference(f, &inputs);
         for (i, what) in ["output", "dx", "dgamma", "dbeta"].iter().enumerate() {
             close(&got[i], &want[i], 1e-4, what);
@@ -862,8 +892,9 @@ mod tests {
     #[test]
     fn bias_add_matches_broadcast_add_forward_and_backward() {
         let inputs = [uniform(&[9, 5], 2.0, 5), uniform(&[5], 1.0, 6)];
+        let op = |t: &[Tensor]| add_bias_op(&t[0], &t[1]).unwrap();
         let f = |t: &[Tensor]| add_bias(&t[0], &t[1]).unwrap();
-        let got = fused(f, &inputs, &[true, true]);
+        let got = fused(op, &inputs, &[true, true]);
         let want = reference(f, &inputs);
         for (i, what) in ["output", "dy", "db"].iter().enumerate() {
             close(&got[i], &want[i], 1e-5, what);
@@ -882,8 +913,9 @@ mod tests {
             .unwrap();
         let targets = targets.broadcast_mul(&mask).unwrap();
         let inputs = [logits, targets];
+        let op = |t: &[Tensor]| soft_cross_entropy_op(&t[0], &t[1]).unwrap();
         let f = |t: &[Tensor]| soft_cross_entropy(&t[0], &t[1]).unwrap();
-        let got = fused(f, &inputs, &[true, false]);
+        let got = fused(op, &inputs, &[true, false]);
         let want = reference(f, &inputs);
         close(&got[0], &want[0], 1e-5, "loss");
         close(&got[1], &want[1], 1e-5, "dlogits");
@@ -901,8 +933,9 @@ mod tests {
     fn relu_matches_candle_forward_and_backward() {
         // Exact zeros included: the gradient passes there, as in candle.
         let x = Tensor::new(&[[-1.5f32, 0.0, 2.0], [0.25, -0.0, -3.0]], &Device::Cpu).unwrap();
+        let op = |t: &[Tensor]| relu_op(&t[0]).unwrap();
         let f = |t: &[Tensor]| relu(&t[0]).unwrap();
-        let got = fused(f, std::slice::from_ref(&x), &[true]);
+        let got = fused(op, std::slice::from_ref(&x), &[true]);
         let want = reference(f, &[x]);
         close(&got[0], &want[0], 0.0, "output");
         close(&got[1], &want[1], 0.0, "dx");
@@ -932,7 +965,11 @@ mod tests {
         let bias = |t: &[Tensor]| add_bias(&t[0], &t[1]).unwrap();
         let inputs = [x.clone(), b];
         assert_eq!(bias(&inputs).dtype(), DType::BF16);
-        let got = fused(bias, &inputs, &[true, true]);
+        let got = fused(
+            |t: &[Tensor]| add_bias_op(&t[0], &t[1]).unwrap(),
+            &inputs,
+            &[true, true],
+        );
         let want = reference(bias, &inputs);
         for (i, what) in ["output", "dy", "db"].iter().enumerate() {
             // bf16 keeps 8 bits: a relative error of 2^-8 per rounding.
@@ -940,7 +977,11 @@ mod tests {
         }
         let r = |t: &[Tensor]| relu(&t[0]).unwrap();
         assert_eq!(r(std::slice::from_ref(&x)).dtype(), DType::BF16);
-        let got = fused(r, std::slice::from_ref(&x), &[true]);
+        let got = fused(
+            |t: &[Tensor]| relu_op(&t[0]).unwrap(),
+            std::slice::from_ref(&x),
+            &[true],
+        );
         let want = reference(r, &[x]);
         close(&got[0], &want[0], 1e-2, "relu output");
         close(&got[1], &want[1], 1e-2, "relu dx");
