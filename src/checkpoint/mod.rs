@@ -269,14 +269,90 @@ fn write_step(
     write_synced(&tmp.join(METADATA), &meta_json)?;
 
     if final_dir.exists() {
-        std::fs::remove_dir_all(&final_dir).map_err(io_err(&final_dir))?;
+        // The same step saved again (the end of a run right after a periodic save): the
+        // complete older copy stays in place until the new one has taken its name.
+        replace_dir(tmp, &final_dir)?;
+    } else {
+        std::fs::rename(tmp, &final_dir).map_err(io_err(&final_dir))?;
     }
-    std::fs::rename(tmp, &final_dir).map_err(io_err(&final_dir))?;
+    sync_dir(run_dir)?;
     let latest_tmp = run_dir.join(format!(".{LATEST}.tmp"));
     write_synced(&latest_tmp, name.as_bytes())?;
     std::fs::rename(&latest_tmp, run_dir.join(LATEST)).map_err(io_err(run_dir))?;
+    sync_dir(run_dir)?;
     prune(run_dir, keep)?;
     Ok(final_dir)
+}
+
+/// Put the complete directory `new` at `target`, which holds an older complete one. On Linux
+/// the two swap names in one step (`renameat2` with `RENAME_EXCHANGE`), so `target` is never
+/// missing, and the older copy, now at `new`, is removed after. Elsewhere, or on a file system
+/// without the exchange, the older copy is renamed aside to a `.tmp-` name first (the next
+/// save removes such leftovers); a crash between the two renames then leaves `latest` naming
+/// a missing directory, and loading falls back to the newest complete step.
+fn replace_dir(new: &Path, target: &Path) -> Result<(), CheckpointError> {
+    if !target.is_dir() {
+        let in_the_way = std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "something other than a step directory has its name",
+        );
+        return Err(io_err(target)(in_the_way));
+    }
+    if exchange(new, target).is_ok() {
+        let _ignored_best_effort = std::fs::remove_dir_all(new);
+        return Ok(());
+    }
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let aside = target.with_file_name(format!(".tmp-replaced-{name}-{}", std::process::id()));
+    std::fs::rename(target, &aside).map_err(io_err(target))?;
+    std::fs::rename(new, target).map_err(io_err(target))?;
+    let _ignored_best_effort = std::fs::remove_dir_all(&aside);
+    Ok(())
+}
+
+/// Swap the names of `a` and `b` atomically (Linux's `renameat2(RENAME_EXCHANGE)`).
+#[cfg(target_os = "linux")]
+fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let a = std::ffi::CString::new(a.as_os_str().as_bytes())?;
+    let b = std::ffi::CString::new(b.as_os_str().as_bytes())?;
+    // SAFETY: both paths are valid NUL-terminated strings that outlive the call, and the
+    // arguments are renameat2's (the system call, which every Linux C library reaches).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn exchange(_a: &Path, _b: &Path) -> std::io::Result<()> {
+    Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
+}
+
+/// Make the renames inside `dir` durable (a power cut can otherwise lose a rename whose
+/// directory entry was never written); a no-op where directories cannot be opened as files.
+fn sync_dir(dir: &Path) -> Result<(), CheckpointError> {
+    #[cfg(unix)]
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(dir))?;
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
 }
 
 /// Delete all but the newest `keep` step directories (0: keep every one).
@@ -529,6 +605,56 @@ mod tests {
         let back = ckpt.replay.unwrap();
         assert_eq!(back.num_transitions(), r.num_transitions());
         assert_eq!(back.games().next().unwrap().1, r.games().next().unwrap().1);
+    }
+
+    /// Saving a step that is already there replaces it with the new data and leaves nothing
+    /// behind; the exchange at its heart swaps two directories' names.
+    #[test]
+    fn saving_the_same_step_again_replaces_it_in_one_step() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = replay();
+        write(dir.path(), 5, &r);
+        let mut cfg = config();
+        cfg.training.keep_checkpoints = 2;
+        let s = spec();
+        let again = CheckpointData {
+            config: &cfg,
+            network: &s,
+            counters: Counters {
+                env_steps: 777,
+                training_steps: 5,
+                episodes: 4,
+                elapsed_seconds: 2.5,
+                best_eval_return: None,
+            },
+            model: tensors(42.0),
+            target: tensors(-1.0),
+            optimizer: tensors(0.5),
+            optimizer_step: 5,
+            replay: Some(&r),
+        };
+        let step_dir = save(dir.path(), &again).unwrap();
+        let ckpt = load(dir.path(), &Device::Cpu).unwrap();
+        assert_eq!(ckpt.dir, step_dir);
+        assert_eq!(ckpt.metadata.counters.env_steps, 777);
+        assert_eq!(
+            ckpt.model["a.bias"].to_vec1::<f32>().unwrap(),
+            vec![42.0, -1.0]
+        );
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(names.iter().all(|n| !n.starts_with(".tmp")), "{names:?}");
+
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::create_dir(&a).unwrap();
+        std::fs::create_dir(&b).unwrap();
+        std::fs::write(a.join("which"), "a").unwrap();
+        std::fs::write(b.join("which"), "b").unwrap();
+        replace_dir(&a, &b).unwrap();
+        assert_eq!(std::fs::read_to_string(b.join("which")).unwrap(), "a");
+        assert!(!a.exists());
     }
 
     #[test]
