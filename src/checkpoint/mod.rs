@@ -251,6 +251,7 @@ fn write_step(
             files.insert(file.to_string(), digest(&path)?);
         }
     }
+    crash_point("files written");
     let metadata = Metadata {
         format_version: FORMAT_VERSION,
         cumind_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -267,6 +268,7 @@ fn write_step(
     };
     let meta_json = serde_json::to_vec_pretty(&metadata).expect("metadata serialises");
     write_synced(&tmp.join(METADATA), &meta_json)?;
+    crash_point("metadata written");
 
     if final_dir.exists() {
         // The same step saved again (the end of a run right after a periodic save): the
@@ -276,20 +278,59 @@ fn write_step(
         std::fs::rename(tmp, &final_dir).map_err(io_err(&final_dir))?;
     }
     sync_dir(run_dir)?;
+    crash_point("step in place");
     let latest_tmp = run_dir.join(format!(".{LATEST}.tmp"));
     write_synced(&latest_tmp, name.as_bytes())?;
+    crash_point("latest written");
     std::fs::rename(&latest_tmp, run_dir.join(LATEST)).map_err(io_err(run_dir))?;
     sync_dir(run_dir)?;
+    crash_point("latest renamed");
     prune(run_dir, keep)?;
     Ok(final_dir)
+}
+
+/// A point of a save at which a test may stop it as a kill would (see `crash_test`); nothing
+/// outside tests.
+#[inline]
+fn crash_point(point: &'static str) {
+    #[cfg(test)]
+    crash_test::reached(point);
+    #[cfg(not(test))]
+    let _ = point;
+}
+
+/// Fault injection for the tests: a save stopped at one of its `crash_point`s by a panic, so
+/// that none of the save's own clean-up runs, as after SIGKILL or a power cut.
+mod crash_test {
+    #[cfg(test)]
+    thread_local! {
+        pub static CRASH_AT: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
+        pub static NO_EXCHANGE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    #[cfg(test)]
+    pub fn reached(point: &'static str) {
+        if CRASH_AT.with(|c| c.get()) == Some(point) {
+            panic!("stopped at `{point}`");
+        }
+    }
+
+    /// Whether the atomic exchange is turned off (tests of the fallback that moves the older
+    /// copy aside).
+    pub fn exchange_disabled() -> bool {
+        #[cfg(test)]
+        return NO_EXCHANGE.with(|c| c.get());
+        #[cfg(not(test))]
+        false
+    }
 }
 
 /// Put the complete directory `new` at `target`, which holds an older complete one. On Linux
 /// the two swap names in one step (`renameat2` with `RENAME_EXCHANGE`), so `target` is never
 /// missing, and the older copy, now at `new`, is removed after. Elsewhere, or on a file system
-/// without the exchange, the older copy is renamed aside to a `.tmp-` name first (the next
-/// save removes such leftovers); a crash between the two renames then leaves `latest` naming
-/// a missing directory, and loading falls back to the newest complete step.
+/// without the exchange, the older copy is renamed aside to `<step>.replaced` first: a crash
+/// between the two renames leaves `latest` naming a missing directory, and loading falls back
+/// to the newest complete step directory, which is that copy (pruning removes a leftover).
 fn replace_dir(new: &Path, target: &Path) -> Result<(), CheckpointError> {
     if !target.is_dir() {
         let in_the_way = std::io::Error::new(
@@ -298,7 +339,8 @@ fn replace_dir(new: &Path, target: &Path) -> Result<(), CheckpointError> {
         );
         return Err(io_err(target)(in_the_way));
     }
-    if exchange(new, target).is_ok() {
+    if !crash_test::exchange_disabled() && exchange(new, target).is_ok() {
+        crash_point("exchanged");
         let _ignored_best_effort = std::fs::remove_dir_all(new);
         return Ok(());
     }
@@ -306,8 +348,13 @@ fn replace_dir(new: &Path, target: &Path) -> Result<(), CheckpointError> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let aside = target.with_file_name(format!(".tmp-replaced-{name}-{}", std::process::id()));
+    // Named as a step, so that loading finds it should the save stop before `new` is in place.
+    let aside = target.with_file_name(format!("{name}.replaced"));
+    if aside.exists() {
+        std::fs::remove_dir_all(&aside).map_err(io_err(&aside))?;
+    }
     std::fs::rename(target, &aside).map_err(io_err(target))?;
+    crash_point("old copy aside");
     std::fs::rename(new, target).map_err(io_err(target))?;
     let _ignored_best_effort = std::fs::remove_dir_all(&aside);
     Ok(())
@@ -374,6 +421,7 @@ fn prune(run_dir: &Path, keep: usize) -> Result<(), CheckpointError> {
     if steps.len() > keep {
         for old in &steps[..steps.len() - keep] {
             std::fs::remove_dir_all(old).map_err(io_err(old))?;
+            crash_point("one old step pruned");
         }
     }
     Ok(())
@@ -655,6 +703,76 @@ mod tests {
         replace_dir(&a, &b).unwrap();
         assert_eq!(std::fs::read_to_string(b.join("which")).unwrap(), "a");
         assert!(!a.exists());
+    }
+
+    /// A save stopped at any of its points, as a kill would stop it (no clean-up runs), leaves
+    /// a run whose newest complete checkpoint loads: the new one once `latest` names it, the
+    /// previous one before; and the next save works. For a new step and for a step saved
+    /// again, with the atomic exchange and with its fallback.
+    #[test]
+    fn a_save_killed_at_any_point_leaves_a_checkpoint_that_loads() {
+        const POINTS: [&str; 8] = [
+            "files written",
+            "metadata written",
+            "exchanged",
+            "old copy aside",
+            "step in place",
+            "latest written",
+            "latest renamed",
+            "one old step pruned",
+        ];
+        let r = replay();
+        for point in POINTS {
+            for (resave, no_exchange) in [(false, false), (true, false), (true, true)] {
+                let case =
+                    format!("stopped at `{point}`, resave {resave}, no exchange {no_exchange}");
+                let dir = tempfile::tempdir().unwrap();
+                write_keeping(dir.path(), 1, &r, 1);
+                write_keeping(dir.path(), 2, &r, 2);
+                let new_step = if resave { 2 } else { 3 };
+                crash_test::NO_EXCHANGE.with(|c| c.set(no_exchange));
+                crash_test::CRASH_AT.with(|c| c.set(Some(point)));
+                let stopped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    write_keeping(dir.path(), new_step, &r, 1)
+                }));
+                crash_test::CRASH_AT.with(|c| c.set(None));
+                let reached = stopped.is_err();
+                let applies = match point {
+                    "exchanged" => resave && !no_exchange,
+                    "old copy aside" => resave && no_exchange,
+                    // Resaving step 2 with one kept finds nothing older to prune than step 1.
+                    _ => true,
+                };
+                assert_eq!(
+                    reached,
+                    applies,
+                    "{case}: the point was {}reached",
+                    if reached { "" } else { "not " }
+                );
+                let ckpt = load(dir.path(), &Device::Cpu)
+                    .unwrap_or_else(|e| panic!("{case}: the run does not load: {e}"));
+                // The newest complete checkpoint: never the step before the one being replaced.
+                let steps = ckpt.metadata.counters.training_steps;
+                assert!(
+                    steps == 2 || steps == new_step,
+                    "{case}: loaded step {steps}"
+                );
+                if reached && matches!(point, "latest renamed" | "one old step pruned") {
+                    assert_eq!(steps, new_step, "{case}");
+                }
+                // The next save cleans up and works.
+                crash_test::NO_EXCHANGE.with(|c| c.set(false));
+                write_keeping(dir.path(), 4, &r, 1);
+                assert_eq!(
+                    load(dir.path(), &Device::Cpu)
+                        .unwrap()
+                        .metadata
+                        .counters
+                        .training_steps,
+                    4
+                );
+            }
+        }
     }
 
     #[test]
