@@ -404,9 +404,6 @@ fn sync_dir(dir: &Path) -> Result<(), CheckpointError> {
 
 /// Delete all but the newest `keep` step directories (0: keep every one).
 fn prune(run_dir: &Path, keep: usize) -> Result<(), CheckpointError> {
-    if keep == 0 {
-        return Ok(());
-    }
     let mut steps: Vec<PathBuf> = std::fs::read_dir(run_dir)
         .map_err(io_err(run_dir))?
         .filter_map(|e| e.ok())
@@ -417,8 +414,20 @@ fn prune(run_dir: &Path, keep: usize) -> Result<(), CheckpointError> {
                     .is_some_and(|n| n.to_string_lossy().starts_with("step-"))
         })
         .collect();
+    // An older copy moved aside by `replace_dir` goes once the step that replaced it is in
+    // place; without it (a save stopped between the two renames) it counts as that step.
+    steps.retain(|p| {
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+        match name.as_deref().and_then(|n| n.strip_suffix(".replaced")) {
+            Some(base) if run_dir.join(base).is_dir() => {
+                let _ignored_best_effort = std::fs::remove_dir_all(p);
+                false
+            }
+            _ => true,
+        }
+    });
     steps.sort();
-    if steps.len() > keep {
+    if keep > 0 && steps.len() > keep {
         for old in &steps[..steps.len() - keep] {
             std::fs::remove_dir_all(old).map_err(io_err(old))?;
             crash_point("one old step pruned");
@@ -763,6 +772,12 @@ mod tests {
                 // The next save cleans up and works.
                 crash_test::NO_EXCHANGE.with(|c| c.set(false));
                 write_keeping(dir.path(), 4, &r, 1);
+                let left: Vec<String> = std::fs::read_dir(dir.path())
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(".tmp") || n.ends_with(".replaced"))
+                    .collect();
+                assert!(left.is_empty(), "{case}: left behind {left:?}");
                 assert_eq!(
                     load(dir.path(), &Device::Cpu)
                         .unwrap()
