@@ -323,6 +323,22 @@ pub fn evaluate(
     search: &SearchConfig,
     seed: u64,
 ) -> Result<Evaluation, SelfPlayError> {
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let played = evaluate_unless(network, env_name, episodes, search, seed, &never)?;
+    Ok(played.expect("an evaluation nothing stops plays to its end"))
+}
+
+/// [`evaluate`], abandoned (`None`) as soon as `stop` is set: it is checked before every
+/// batched search step, so a stop request waits for one step of the unfinished episodes, not
+/// for the whole evaluation.
+pub fn evaluate_unless(
+    network: &MuZeroNetwork,
+    env_name: &str,
+    episodes: usize,
+    search: &SearchConfig,
+    seed: u64,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<Option<Evaluation>, SelfPlayError> {
     let mut envs = VectorEnv::from_name(env_name, episodes)?;
     let mut observations = envs.reset(Some(seed));
     let a = envs.envs()[0].action_space().n().unwrap_or(0);
@@ -333,6 +349,9 @@ pub fn evaluate(
     let mut done = vec![false; episodes];
     let mut env_steps = 0;
     while done.iter().any(|d| !d) {
+        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(None);
+        }
         let all_masks = envs.legal_action_masks();
         let to_play = envs.to_play();
         let agent_moves: Vec<bool> = (0..episodes)
@@ -414,11 +433,11 @@ pub fn evaluate(
         }
         observations = result.observations;
     }
-    Ok(Evaluation {
+    Ok(Some(Evaluation {
         returns,
         lengths,
         env_steps,
-    })
+    }))
 }
 
 /// One version of the weights, published by the learner after it consumed an actor step.

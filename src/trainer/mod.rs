@@ -38,7 +38,7 @@ use crate::network::SearchModel;
 use crate::network::{compute_dtype, MuZeroNetwork};
 use crate::replay::{reanalyse_policies, Batch, ReplayBuffer};
 use crate::search::Searcher;
-use crate::selfplay::{evaluate, Actor, ActorPool, ActorPoolConfig, Evaluation};
+use crate::selfplay::{evaluate_unless, Actor, ActorPool, ActorPoolConfig, Evaluation};
 use crate::train::{Learner, TrainStats};
 
 mod error;
@@ -413,6 +413,11 @@ impl<'a> TrainingRun<'a> {
                 due = agreed[0].max(0) as u64;
             }
             for _ in 0..due {
+                // A stop request ends the burst (alone: over several ranks every rank must
+                // take the same steps, and the next agreement stops them all).
+                if self.collective.is_none() && options.stop.load(Ordering::SeqCst) {
+                    break;
+                }
                 let clock = Instant::now();
                 self.train_once(sink)?;
                 self.timing.training += clock.elapsed().as_secs_f64();
@@ -435,16 +440,18 @@ impl<'a> TrainingRun<'a> {
 
             if schedule.eval_due(self.counters.env_steps) && self.rank() == 0 {
                 let elapsed = elapsed_before + segment_start.elapsed().as_secs_f64();
-                let improved = self.evaluate(elapsed, sink)?;
-                if improved && !options.no_checkpoints {
-                    self.counters.elapsed_seconds = elapsed;
-                    self.save_best_checkpoint()?;
-                }
-                if let Some(reason) = self.evaluation_stop(sink)? {
-                    if self.collective.is_none() {
-                        break reason;
+                // `None`: a stop request abandoned the evaluation; the loop's top stops.
+                if let Some(improved) = self.evaluate(elapsed, &options.stop, sink)? {
+                    if improved && !options.no_checkpoints {
+                        self.counters.elapsed_seconds = elapsed;
+                        self.save_best_checkpoint()?;
                     }
-                    evaluation_stop = Some(reason);
+                    if let Some(reason) = self.evaluation_stop(&options.stop, sink)? {
+                        if self.collective.is_none() {
+                            break reason;
+                        }
+                        evaluation_stop = Some(reason);
+                    }
                 }
             }
 
@@ -563,10 +570,15 @@ impl<'a> TrainingRun<'a> {
     /// `episodes` greedy episodes of the learner's network, their starting states seeded by
     /// the run's seed plus `seed_offset` plus the environment steps so far; the time goes to
     /// the evaluation timer.
-    fn play_greedy(&mut self, episodes: usize, seed_offset: u64) -> Result<Evaluation> {
+    fn play_greedy(
+        &mut self,
+        episodes: usize,
+        seed_offset: u64,
+        stop: &AtomicBool,
+    ) -> Result<Option<Evaluation>> {
         let config = self.config;
         let clock = Instant::now();
-        let eval = evaluate(
+        let eval = evaluate_unless(
             self.learner.network(),
             &config.environment.env_name,
             episodes,
@@ -576,15 +588,24 @@ impl<'a> TrainingRun<'a> {
                 .seed
                 .wrapping_add(seed_offset)
                 .wrapping_add(self.counters.env_steps),
+            stop,
         )?;
         self.timing.evaluation += clock.elapsed().as_secs_f64();
         Ok(eval)
     }
 
     /// A greedy evaluation; returns whether its mean return equals or beats every earlier
-    /// evaluation of the run (the first one does).
-    fn evaluate(&mut self, elapsed: f64, sink: &mut dyn MetricSink) -> Result<bool> {
-        let eval = self.play_greedy(self.config.training.eval_episodes, 1_000_003)?;
+    /// evaluation of the run (the first one does), or `None` when `stop` abandoned it.
+    fn evaluate(
+        &mut self,
+        elapsed: f64,
+        stop: &AtomicBool,
+        sink: &mut dyn MetricSink,
+    ) -> Result<Option<bool>> {
+        let Some(eval) = self.play_greedy(self.config.training.eval_episodes, 1_000_003, stop)?
+        else {
+            return Ok(None);
+        };
         let at = self.counters.env_steps;
         let mean_return = eval.mean_return();
         sink.scalar("eval/mean_return", mean_return, at);
@@ -616,12 +637,16 @@ impl<'a> TrainingRun<'a> {
             eval.returns.len()
         ));
         self.last_eval = Some(eval);
-        Ok(improved)
+        Ok(Some(improved))
     }
 
     /// The stop reason when the last evaluation reached `stop_return` (and, with
     /// `stop_confirm_episodes`, a confirming evaluation from other starting states did too).
-    fn evaluation_stop(&mut self, sink: &mut dyn MetricSink) -> Result<Option<String>> {
+    fn evaluation_stop(
+        &mut self,
+        stop_request: &AtomicBool,
+        sink: &mut dyn MetricSink,
+    ) -> Result<Option<String>> {
         let config = self.config;
         let stop = config.training.stop_return;
         let Some(mean_return) = self.last_eval.as_ref().map(|e| e.mean_return()) else {
@@ -637,7 +662,9 @@ impl<'a> TrainingRun<'a> {
             return Ok(Some(reached));
         }
         // Starting states of their own: not those of any regular evaluation.
-        let confirm = self.play_greedy(episodes, 7_777_777)?;
+        let Some(confirm) = self.play_greedy(episodes, 7_777_777, stop_request)? else {
+            return Ok(None);
+        };
         let at = self.counters.env_steps;
         let confirmed = confirm.mean_return();
         let passed = confirmed >= stop;
