@@ -69,6 +69,11 @@ fn two_ranks_train_catch_and_end_with_identical_parameters() {
     let all = text(&out);
     assert!(out.status.success(), "{all}");
     assert!(all.contains("rank 1 of 2 on "), "{all}");
+    // MPI itself groups the ranks of this machine: local ranks 0 and 1 of 2.
+    assert!(
+        all.contains("local rank 0 of 2") && all.contains("local rank 1 of 2"),
+        "{all}"
+    );
     assert!(all.contains("on cpu x 2 MPI ranks"), "{all}");
     assert!(
         all.contains("2 ranks hold identical parameters after"),

@@ -40,6 +40,14 @@ pub trait Collective {
     fn rank(&self) -> usize;
     /// The number of ranks.
     fn size(&self) -> usize;
+    /// This process's rank among the ranks of its machine (0 where there is one per machine).
+    fn local_rank(&self) -> usize {
+        0
+    }
+    /// The number of ranks on this process's machine.
+    fn local_size(&self) -> usize {
+        1
+    }
     /// Replace `values` by their element-wise sum over the ranks.
     fn sum_f32(&self, values: &mut [f32]) -> Result<(), CollectiveError>;
     /// Replace `values` by their element-wise minimum over the ranks.

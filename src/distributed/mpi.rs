@@ -29,6 +29,8 @@ pub struct MpiWorld {
     world: SimpleCommunicator,
     rank: usize,
     size: usize,
+    local_rank: usize,
+    local_size: usize,
     epoch: Instant,
     pending: Arc<Pending>,
     operations: std::cell::Cell<u64>,
@@ -47,6 +49,12 @@ impl MpiWorld {
         let world = universe.world();
         let rank = world.rank() as usize;
         let size = world.size() as usize;
+        // The ranks that share this machine's memory, as MPI itself groups them (whatever the
+        // launcher: mpirun, mpiexec.hydra, srun).
+        let (local_rank, local_size) = {
+            let node = world.split_shared(rank as i32);
+            (node.rank() as usize, node.size() as usize)
+        };
         let pending = Arc::new(Pending {
             since_ms: AtomicU64::new(0),
             operation: AtomicU64::new(0),
@@ -63,6 +71,8 @@ impl MpiWorld {
             world,
             rank,
             size,
+            local_rank,
+            local_size,
             epoch,
             pending,
             operations: std::cell::Cell::new(0),
@@ -121,6 +131,14 @@ impl Collective for MpiWorld {
 
     fn size(&self) -> usize {
         self.size
+    }
+
+    fn local_rank(&self) -> usize {
+        self.local_rank
+    }
+
+    fn local_size(&self) -> usize {
+        self.local_size
     }
 
     fn sum_f32(&self, values: &mut [f32]) -> Result<(), CollectiveError> {

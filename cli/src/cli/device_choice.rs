@@ -23,16 +23,22 @@ fn verdict(config: &Config, batch: usize) -> Result<Verdict> {
     })
 }
 
-/// Whether this binary can open a GPU: built with `cuda` and a device present.
-fn gpu_present() -> bool {
+/// The GPUs this binary can open (those `CUDA_VISIBLE_DEVICES` leaves visible; 0 without the
+/// `cuda` feature or a driver).
+pub fn gpu_count() -> usize {
     #[cfg(feature = "cuda")]
     {
         candle_core::cuda_backend::cudarc::driver::CudaContext::device_count()
-            .map(|n| n > 0)
-            .unwrap_or(false)
+            .map(|n| n.max(0) as usize)
+            .unwrap_or(0)
     }
     #[cfg(not(feature = "cuda"))]
-    false
+    0
+}
+
+/// Whether this binary can open a GPU: built with `cuda` and a device present.
+fn gpu_present() -> bool {
+    gpu_count() > 0
 }
 
 /// The device `kind` stands for when `config`'s network runs at `batch` positions per call

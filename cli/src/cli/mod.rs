@@ -180,11 +180,13 @@ fn join_mpi(args: &TrainArgs) -> Result<Option<Arc<dyn Collective>>> {
     if world.rank() != 0 || world.size() > 1 {
         // One write, so the ranks' lines do not interleave.
         let line = format!(
-            "rank {} of {} on {} (pid {})\n",
+            "rank {} of {} on {} (pid {}), local rank {} of {}\n",
             world.rank(),
             world.size(),
             world.host(),
-            std::process::id()
+            std::process::id(),
+            world.local_rank(),
+            world.local_size()
         );
         let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
     }
@@ -202,32 +204,36 @@ fn join_mpi(_args: &TrainArgs) -> Result<Option<Arc<dyn Collective>>> {
     )
 }
 
-/// The first device of this rank: ranks on one machine take consecutive blocks of
-/// `count` GPUs (local rank `l` starts at `cuda:(N + l * count)` for `--device cuda:N`); on
-/// the CPU, and without ranks, `kind` itself.
-fn first_device_of_rank(kind: DeviceKind, count: usize, distributed: Distributed) -> DeviceKind {
-    match kind {
-        DeviceKind::Cuda(first) if distributed != Distributed::None => {
-            let local_rank = ompi_number("OMPI_COMM_WORLD_LOCAL_RANK").unwrap_or(0);
-            DeviceKind::Cuda(first + local_rank * count.max(1))
+/// The first device of this rank: the ranks of one machine (as MPI groups them) take
+/// consecutive blocks of `count` GPUs (local rank `l` starts at `cuda:(N + l * count)` for
+/// `--device cuda:N`), unless each rank sees only its own GPUs (`CUDA_VISIBLE_DEVICES` set per
+/// rank, as `srun --gpus-per-task` does): then every rank starts at `cuda:N` of what it sees.
+/// On the CPU, and without ranks, `kind` itself.
+fn first_device_of_rank(
+    kind: DeviceKind,
+    count: usize,
+    ranks: Option<&dyn Collective>,
+) -> DeviceKind {
+    match (kind, ranks) {
+        (DeviceKind::Cuda(first), Some(ranks)) => {
+            let count = count.max(1);
+            let block = first + ranks.local_rank() * count;
+            let visible = device_choice::gpu_count();
+            if block + count > visible && first + count <= visible {
+                // This rank's block does not exist, but one block from `first` does: the
+                // launcher gave each rank its own GPUs.
+                DeviceKind::Cuda(first)
+            } else {
+                DeviceKind::Cuda(block)
+            }
         }
-        other => other,
+        (other, _) => other,
     }
 }
 
-/// The ranks of this machine under mpirun (1 otherwise), for the default thread count.
-fn local_ranks(distributed: Distributed) -> usize {
-    if distributed == Distributed::None {
-        return 1;
-    }
-    ompi_number("OMPI_COMM_WORLD_LOCAL_SIZE")
-        .unwrap_or(1)
-        .max(1)
-}
-
-/// A number Open MPI's mpirun gives each rank in its environment (`None` outside mpirun).
-fn ompi_number(name: &str) -> Option<usize> {
-    std::env::var(name).ok().and_then(|v| v.parse().ok())
+/// The ranks of this machine (1 without ranks), for the default thread count.
+fn local_ranks(ranks: Option<&dyn Collective>) -> usize {
+    ranks.map_or(1, |r| r.local_size().max(1))
 }
 
 /// The process-wide settings of `config`: `device.fused_kernels`, and an explicit thread count
@@ -314,14 +320,18 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
     if rank == 0 {
         warn_ignored_keys(&config, &explicit_keys(config_args)?)?;
     }
-    set_process_options(&config, local_ranks(args.distributed));
+    set_process_options(&config, local_ranks(collective.as_deref()));
     let device_type = device_choice::resolve(
         config.device.device_type,
         &config,
         config.environment.num_envs,
         "environments",
     )?;
-    let first = first_device_of_rank(device_type, config.device.num_devices, args.distributed);
+    let first = first_device_of_rank(
+        device_type,
+        config.device.num_devices,
+        collective.as_deref(),
+    );
     let devices = open_devices(first, config.device.num_devices)?;
     let stop = Arc::new(AtomicBool::new(false));
     {
