@@ -467,7 +467,11 @@ pub fn im2col(
     out_shape: Shape,
 ) -> Result<(CudaStorage, Shape)> {
     let kernel = unfold_kernel("im2col", x.0.dtype(), patches.k)?;
-    unfold_launch(x, patches, out_shape, &kernel)
+    // The fixed-size bf16 kernels take one thread per (patch row, channel), each writing its
+    // k * k entries; the others one thread per entry.
+    let fixed_bf16 = matches!(patches.k, 1 | 3 | 5) && x.0.dtype() == DType::BF16;
+    let threads = out_shape.elem_count() / if fixed_bf16 { patches.k * patches.k } else { 1 };
+    unfold_launch(x, patches, out_shape, threads, &kernel)
 }
 
 /// The adjoint of [`im2col`]: `[B, H * W, C * k * k]` -> `[B, C, H, W]`.
@@ -477,7 +481,8 @@ pub fn col2im(
     out_shape: Shape,
 ) -> Result<(CudaStorage, Shape)> {
     let kernel = unfold_kernel("col2im", cols.0.dtype(), patches.k)?;
-    unfold_launch(cols, patches, out_shape, &kernel)
+    let threads = out_shape.elem_count();
+    unfold_launch(cols, patches, out_shape, threads, &kernel)
 }
 
 /// Positions per block and filters per block of the implicit convolution (`CONV_BM`,
@@ -579,13 +584,12 @@ pub fn conv_implicit(
     ))
 }
 
-/// One thread per output element of `out_shape`, reading the contiguous `input`; the
-/// fixed-size bf16 im2col kernels take one thread per (patch row, channel) instead, each
-/// writing its k * k entries.
+/// `threads` threads (a grid-stride loop) writing `out_shape` from the contiguous `input`.
 fn unfold_launch(
     input: (&CudaStorage, &Layout),
     patches: &Patches,
     out_shape: Shape,
+    threads: usize,
     kernel: &str,
 ) -> Result<(CudaStorage, Shape)> {
     let n = out_shape.elem_count();
@@ -593,11 +597,6 @@ fn unfold_launch(
         candle_core::bail!("unfold: {n} elements is too many for the 32-bit kernels");
     }
     let [c, h, w, k] = patches.args()?;
-    let threads = if kernel.starts_with("cumind_im2col_k") && kernel.ends_with("_bf16") {
-        n / (k * k) as usize
-    } else {
-        n
-    };
     match input.0.dtype() {
         DType::F32 => launch_unfold::<f32>(input, (c, h, w, k), out_shape, threads, kernel),
         DType::BF16 => launch_unfold::<bf16>(input, (c, h, w, k), out_shape, threads, kernel),
