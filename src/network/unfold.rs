@@ -374,51 +374,65 @@ mod tests {
     use super::*;
     use crate::testing::tensors::{assert_close, max_abs_difference, uniform, values};
 
+    /// The output and the input, filter and bias gradients of `conv(x, weight, bias)` (its
+    /// result weighted by fixed values, so every output element carries its own gradient), on
+    /// a non-square board with a `k` x `k` kernel; every value in f32.
+    fn conv_and_gradients(
+        k: usize,
+        seed: u64,
+        conv: impl Fn(&Tensor, &Tensor, &Tensor) -> Tensor,
+    ) -> [Vec<f32>; 4] {
+        let (b, c, h, w, o) = (3, 4, 5, 6, 7);
+        let x = Var::from_tensor(&uniform(&[b, c, h, w], 1.0, seed)).unwrap();
+        let weight = Var::from_tensor(&uniform(&[o, c, k, k], 1.0, seed + 10)).unwrap();
+        let bias = Var::from_tensor(&uniform(&[o], 1.0, seed + 20)).unwrap();
+        let mix = uniform(&[b, o, h, w], 1.0, seed + 30);
+        let y = conv(x.as_tensor(), weight.as_tensor(), bias.as_tensor())
+            .to_dtype(DType::F32)
+            .unwrap();
+        let grads = (&y * &mix).unwrap().sum_all().unwrap().backward().unwrap();
+        let g = |v: &Var| values(grads.get(v.as_tensor()).unwrap());
+        [values(&y), g(&x), g(&weight), g(&bias)]
+    }
+
+    /// candle's own conv2d with the bias added: the reference.
+    fn candle_conv(x: &Tensor, weight: &Tensor, bias: &Tensor) -> Tensor {
+        let k = weight.dim(2).unwrap();
+        x.conv2d(weight, k / 2, 1, 1, 1)
+            .unwrap()
+            .broadcast_add(&bias.reshape((1, (), 1, 1)).unwrap())
+            .unwrap()
+    }
+
+    /// `ours` against `theirs` (output, input, filter and bias gradients), the output and
+    /// input gradients within `tolerances.0`, the filter and bias gradients within
+    /// `tolerances.1`.
+    fn assert_all_close(
+        ours: &[Vec<f32>; 4],
+        theirs: &[Vec<f32>; 4],
+        tolerances: (f32, f32),
+        what: &str,
+    ) {
+        let names = [
+            "outputs",
+            "input gradients",
+            "filter gradients",
+            "bias gradients",
+        ];
+        for (i, name) in names.iter().enumerate() {
+            let tolerance = if i < 2 { tolerances.0 } else { tolerances.1 };
+            assert_close(&ours[i], &theirs[i], tolerance, &format!("{what}: {name}"));
+        }
+    }
+
     /// The unfolded convolution and candle's conv2d, forward and every gradient, on a
-    /// non-square board, for 3x3 and 1x1 kernels.
+    /// non-square board, for 3x3, 1x1 and 5x5 kernels.
     #[test]
     fn the_unfolded_convolution_equals_candles_conv2d_and_its_gradients() {
         for (k, seed) in [(3, 1), (1, 2), (5, 3)] {
-            let (b, c, h, w, o) = (3, 4, 5, 6, 7);
-            let x = Var::from_tensor(&uniform(&[b, c, h, w], 1.0, seed)).unwrap();
-            let weight = Var::from_tensor(&uniform(&[o, c, k, k], 1.0, seed + 10)).unwrap();
-            let bias = Var::from_tensor(&uniform(&[o], 1.0, seed + 20)).unwrap();
-            // Every output element carries its own gradient.
-            let mix = uniform(&[b, o, h, w], 1.0, seed + 30);
-            let run = |unfolded: bool| {
-                let y = if unfolded {
-                    conv2d(x.as_tensor(), weight.as_tensor(), bias.as_tensor()).unwrap()
-                } else {
-                    x.as_tensor()
-                        .conv2d(weight.as_tensor(), k / 2, 1, 1, 1)
-                        .unwrap()
-                        .broadcast_add(&bias.as_tensor().reshape((1, o, 1, 1)).unwrap())
-                        .unwrap()
-                };
-                let grads = (&y * &mix).unwrap().sum_all().unwrap().backward().unwrap();
-                let g = |v: &Var| values(grads.get(v.as_tensor()).unwrap());
-                (values(&y), g(&x), g(&weight), g(&bias))
-            };
-            let (ours, theirs) = (run(true), run(false));
-            assert_close(&ours.0, &theirs.0, 1e-5, &format!("k = {k}: outputs"));
-            assert_close(
-                &ours.1,
-                &theirs.1,
-                1e-5,
-                &format!("k = {k}: input gradients"),
-            );
-            assert_close(
-                &ours.2,
-                &theirs.2,
-                1e-4,
-                &format!("k = {k}: filter gradients"),
-            );
-            assert_close(
-                &ours.3,
-                &theirs.3,
-                1e-4,
-                &format!("k = {k}: bias gradients"),
-            );
+            let ours = conv_and_gradients(k, seed, |x, w, b| conv2d(x, w, b).unwrap());
+            let theirs = conv_and_gradients(k, seed, candle_conv);
+            assert_all_close(&ours, &theirs, (1e-5, 1e-4), &format!("k = {k}"));
         }
     }
 
@@ -428,73 +442,18 @@ mod tests {
     #[test]
     fn the_implicit_convolution_equals_candles_conv2d_and_its_gradients() {
         for (k, seed) in [(3, 1), (1, 2), (5, 3)] {
-            let (b, c, h, w, o) = (3, 4, 5, 6, 7);
-            let x = Var::from_tensor(&uniform(&[b, c, h, w], 1.0, seed)).unwrap();
-            let weight = Var::from_tensor(&uniform(&[o, c, k, k], 1.0, seed + 10)).unwrap();
-            let bias = Var::from_tensor(&uniform(&[o], 1.0, seed + 20)).unwrap();
-            let mix = uniform(&[b, o, h, w], 1.0, seed + 30);
-            let run = |implicit: Option<DType>| {
-                let y = match implicit {
-                    Some(dtype) => {
-                        let t = |v: &Var| v.as_tensor().to_dtype(dtype).unwrap();
-                        conv2d_implicit(&t(&x), &t(&weight), &t(&bias))
-                            .unwrap()
-                            .to_dtype(DType::F32)
-                            .unwrap()
-                    }
-                    None => x
-                        .as_tensor()
-                        .conv2d(weight.as_tensor(), k / 2, 1, 1, 1)
-                        .unwrap()
-                        .broadcast_add(&bias.as_tensor().reshape((1, o, 1, 1)).unwrap())
-                        .unwrap(),
-                };
-                let grads = (&y * &mix).unwrap().sum_all().unwrap().backward().unwrap();
-                let g = |v: &Var| values(grads.get(v.as_tensor()).unwrap());
-                (values(&y), g(&x), g(&weight), g(&bias))
+            let implicit = |dtype: DType| {
+                move |x: &Tensor, w: &Tensor, b: &Tensor| {
+                    let t = |v: &Tensor| v.to_dtype(dtype).unwrap();
+                    conv2d_implicit(&t(x), &t(w), &t(b)).unwrap()
+                }
             };
-            let theirs = run(None);
-            let ours = run(Some(DType::F32));
-            assert_close(&ours.0, &theirs.0, 1e-5, &format!("k = {k}: outputs"));
-            assert_close(
-                &ours.1,
-                &theirs.1,
-                1e-5,
-                &format!("k = {k}: input gradients"),
-            );
-            assert_close(
-                &ours.2,
-                &theirs.2,
-                1e-4,
-                &format!("k = {k}: filter gradients"),
-            );
-            assert_close(
-                &ours.3,
-                &theirs.3,
-                1e-4,
-                &format!("k = {k}: bias gradients"),
-            );
+            let theirs = conv_and_gradients(k, seed, candle_conv);
+            let ours = conv_and_gradients(k, seed, implicit(DType::F32));
+            assert_all_close(&ours, &theirs, (1e-5, 1e-4), &format!("k = {k}"));
             // bf16: inputs and results rounded to 8 bits of mantissa (sums of up to 100 terms).
-            let half = run(Some(DType::BF16));
-            assert_close(&half.0, &theirs.0, 0.15, &format!("k = {k}: bf16 outputs"));
-            assert_close(
-                &half.1,
-                &theirs.1,
-                0.15,
-                &format!("k = {k}: bf16 input gradients"),
-            );
-            assert_close(
-                &half.2,
-                &theirs.2,
-                0.3,
-                &format!("k = {k}: bf16 filter gradients"),
-            );
-            assert_close(
-                &half.3,
-                &theirs.3,
-                0.3,
-                &format!("k = {k}: bf16 bias gradients"),
-            );
+            let half = conv_and_gradients(k, seed, implicit(DType::BF16));
+            assert_all_close(&half, &theirs, (0.15, 0.3), &format!("k = {k}, bf16"));
         }
     }
 
