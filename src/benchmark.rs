@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::components::{self, EnvInfo};
 use crate::config::Config;
+use crate::network::cost::NetworkFlops;
 use crate::network::{MuZeroNetwork, NetworkError, SearchModel};
 use crate::replay::{GameHistory, ReplayBuffer};
 use crate::search::{SearchInput, Searcher};
@@ -58,6 +59,8 @@ pub struct BenchmarkRow {
     pub search_ms: f64,
     /// Simulations per second: batch x simulations / search time.
     pub simulations_per_second: f64,
+    /// The recurrent inferences' arithmetic rate (`network::cost`), GFLOP/s.
+    pub recurrent_gflops: f64,
 }
 
 /// Training throughput for one dtype.
@@ -69,6 +72,9 @@ pub struct TrainingRow {
     pub unroll_steps: usize,
     pub step_ms: f64,
     pub steps_per_second: f64,
+    /// The training step's arithmetic rate (`network::cost`, the target network left out),
+    /// GFLOP/s.
+    pub gflops: f64,
 }
 
 /// Everything `cumind benchmark` reports.
@@ -87,6 +93,41 @@ pub struct BenchmarkReport {
     pub training: Vec<TrainingRow>,
     /// Peak resident memory of the process (CPU), in MiB; `None` where not readable.
     pub peak_rss_mib: Option<f64>,
+    /// This CPU's f32 matrix-product rate, GFLOP/s: every rayon thread multiplying 512 x 512
+    /// matrices at once with the `gemm` crate, the kernel the CPU's networks use (CPU runs only).
+    pub cpu_matmul_gflops: Option<f64>,
+}
+
+/// This machine's f32 matrix-product rate in GFLOP/s: every thread of the rayon pool
+/// multiplies its own 512 x 512 matrices (the `gemm` crate, one thread each) `rounds` times,
+/// all at once; the total arithmetic over the wall time, best of three.
+pub fn cpu_matmul_gflops(rounds: usize) -> f64 {
+    const N: usize = 512;
+    let lhs = vec![0.5f32; N * N];
+    let rhs = vec![0.25f32; N * N];
+    let threads = rayon::current_num_threads();
+    let flops = 2.0 * (N * N * N * rounds * threads) as f64;
+    (0..3)
+        .map(|_| {
+            let start = Instant::now();
+            rayon::broadcast(|_| {
+                let mut out = vec![0f32; N * N];
+                for _ in 0..rounds {
+                    crate::network::host_mlp::gemm_strided(
+                        N,
+                        N,
+                        N,
+                        (&lhs, N, 1),
+                        (&rhs, N, 1),
+                        &mut out,
+                        false,
+                    );
+                }
+                std::hint::black_box(&out);
+            });
+            flops / start.elapsed().as_secs_f64() / 1e9
+        })
+        .fold(0.0, f64::max)
 }
 
 /// `cpu`, or `cuda:N` with N the GPU's ordinal (as `--device` takes it). candle's `Debug`
@@ -196,6 +237,7 @@ pub fn measure(config: &Config, plan: &BenchmarkPlan) -> Result<BenchmarkReport,
     let search = components::search_config(config, &env);
     let obs_len = spec.obs_len();
     let mut rng = StdRng::seed_from_u64(config.other.seed);
+    let flops = NetworkFlops::of(&spec);
     let mut rows = Vec::new();
     let mut training = Vec::new();
     for &dtype in &plan.dtypes {
@@ -251,6 +293,7 @@ pub fn measure(config: &Config, plan: &BenchmarkPlan) -> Result<BenchmarkReport,
                 recurrent_per_second: batch as f64 / recurrent,
                 search_ms: search_time * 1e3,
                 simulations_per_second: (batch * search.num_simulations) as f64 / search_time,
+                recurrent_gflops: batch as f64 * flops.recurrent() / recurrent / 1e9,
             });
         }
         if plan.training {
@@ -283,6 +326,9 @@ pub fn measure(config: &Config, plan: &BenchmarkPlan) -> Result<BenchmarkReport,
                     unroll_steps: config.self_play.num_unroll_steps,
                     step_ms: step * 1e3,
                     steps_per_second: 1.0 / step,
+                    gflops: flops.training_step(batch_size, config.self_play.num_unroll_steps)
+                        / step
+                        / 1e9,
                 });
             }
         }
@@ -300,10 +346,19 @@ pub fn measure(config: &Config, plan: &BenchmarkPlan) -> Result<BenchmarkReport,
         rows,
         training,
         peak_rss_mib: peak_rss_mib(),
+        cpu_matmul_gflops: device.is_cpu().then(|| cpu_matmul_gflops(20)),
     })
 }
 
 impl BenchmarkReport {
+    /// ` (N% of this CPU's matrix-product rate)` where that rate was measured.
+    fn share(&self, gflops: f64) -> String {
+        match self.cpu_matmul_gflops {
+            Some(rate) if rate > 0.0 => format!(" ({:.0}%)", 100.0 * gflops / rate),
+            _ => String::new(),
+        }
+    }
+
     /// A plain-text (Markdown) table.
     pub fn table(&self) -> String {
         let mut out = format!(
@@ -319,28 +374,43 @@ impl BenchmarkReport {
             self.threads
         );
         out.push_str(
-            "| dtype | batch | initial inf/s | recurrent inf/s | ms/search | simulations/s |\n",
+            "| dtype | batch | initial inf/s | recurrent inf/s | ms/search | simulations/s | recurrent GFLOP/s |\n",
         );
-        out.push_str("|---|---:|---:|---:|---:|---:|\n");
+        out.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
         for r in &self.rows {
             out.push_str(&format!(
-                "| {} | {} | {:.0} | {:.0} | {:.2} | {:.0} |\n",
+                "| {} | {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.1}{} |\n",
                 r.dtype,
                 r.batch,
                 r.initial_per_second,
                 r.recurrent_per_second,
                 r.search_ms,
-                r.simulations_per_second
+                r.simulations_per_second,
+                r.recurrent_gflops,
+                self.share(r.recurrent_gflops)
             ));
         }
         if !self.training.is_empty() {
-            out.push_str("\n| dtype | replicas | train batch | unroll K | ms/step | steps/s |\n|---|---:|---:|---:|---:|---:|\n");
+            out.push_str("\n| dtype | replicas | train batch | unroll K | ms/step | steps/s | GFLOP/s |\n|---|---:|---:|---:|---:|---:|---:|\n");
             for t in &self.training {
                 out.push_str(&format!(
-                    "| {} | {} | {} | {} | {:.2} | {:.1} |\n",
-                    t.dtype, t.replicas, t.batch, t.unroll_steps, t.step_ms, t.steps_per_second
+                    "| {} | {} | {} | {} | {:.2} | {:.2} | {:.1}{} |\n",
+                    t.dtype,
+                    t.replicas,
+                    t.batch,
+                    t.unroll_steps,
+                    t.step_ms,
+                    t.steps_per_second,
+                    t.gflops,
+                    self.share(t.gflops)
                 ));
             }
+        }
+        if let Some(rate) = self.cpu_matmul_gflops {
+            out.push_str(&format!(
+                "\nthis CPU's f32 matrix products: {rate:.1} GFLOP/s ({} threads, 512 x 512 each); the percentages above are of this rate\n",
+                rayon::current_num_threads()
+            ));
         }
         if let Some(mib) = self.peak_rss_mib {
             out.push_str(&format!("\npeak resident memory: {mib:.0} MiB\n"));

@@ -3,16 +3,16 @@
 
 use candle_core::{DType, Tensor};
 
-use super::fused::{fused_kernels, layer_norm, relu};
+use super::fused::{fusable, fused_kernels, layer_norm, relu};
 use super::layers::{cast, min_max_scale, scale_and_shift, standardize, Head, Linear};
 use super::params::ParamBuilder;
-use super::unfold;
+use super::{host_conv, unfold};
 use super::{NetworkError, NetworkSpec};
 
-/// 2-D convolution with f32 weights, "same" padding. On the CPU candle has no reduced-precision
-/// conv, so the convolution itself runs in f32 there and the result is cast back; on CUDA a
-/// bf16 convolution runs on the tensor cores (`unfold::conv2d_implicit`), an f32 one as
-/// `unfold::conv2d`.
+/// 2-D convolution with f32 weights, "same" padding. On the CPU the convolution runs in f32
+/// (`host_conv::conv2d`; candle's conv2d with the fused kernels off) and the result is cast
+/// back to the compute dtype; on CUDA a bf16 convolution runs on the tensor cores
+/// (`unfold::conv2d_implicit`), an f32 one as `unfold::conv2d`.
 #[derive(Clone, Debug)]
 pub struct Conv2d {
     weight: Tensor,
@@ -51,6 +51,9 @@ impl Conv2d {
         };
         let x = cast(x, compute)?;
         let kernel = self.padding * 2 + 1;
+        if host_conv::convolves(&x, kernel) {
+            return cast(&host_conv::conv2d(&x, &self.weight, &self.bias)?, dtype);
+        }
         if unfold::convolves_implicitly(&x, kernel) {
             return unfold::conv2d_implicit(
                 &x,
@@ -81,9 +84,14 @@ impl PlaneNorm {
     }
 
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        if x.device().is_cuda() && fused_kernels() {
+        if (x.device().is_cuda() && fused_kernels()) || fusable(&[x]) {
             return self.forward_fused(x);
         }
+        self.forward_written_out(x)
+    }
+
+    /// The normalisation written out with candle's ops (statistics in f32).
+    fn forward_written_out(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let normed = standardize(&x.flatten_from(1)?, 1e-5)?.reshape(x.dims())?;
         let out = normed
             .broadcast_mul(&self.gamma.reshape((1, (), 1, 1))?)?
@@ -92,9 +100,8 @@ impl PlaneNorm {
     }
 
     /// The same normalisation as one fused layer norm over each sample's C * H * W values,
-    /// with the per-channel scale and shift spread over the board (CUDA: one kernel where the
-    /// written-out form issues about ten, each a pass over the whole batch; the CPU keeps the
-    /// written-out form, so that its runs stay as they were).
+    /// with the per-channel scale and shift spread over the board: one op where the written-out
+    /// form issues about ten, each a pass over the whole batch (CUDA, and f32 on the CPU).
     pub fn forward_fused(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let (_, c, h, w) = x.dims4()?;
         let spread = |t: &Tensor| -> candle_core::Result<Tensor> {
@@ -354,7 +361,7 @@ mod tests {
             let y = if fused {
                 norm.forward_fused(x.as_tensor()).unwrap()
             } else {
-                norm.forward(x.as_tensor()).unwrap()
+                norm.forward_written_out(x.as_tensor()).unwrap()
             };
             let grads = (&y * &mix).unwrap().sum_all().unwrap().backward().unwrap();
             let g = |v: &Var| values(grads.get(v.as_tensor()).unwrap());

@@ -10,28 +10,72 @@
 
 use super::NetworkSpec;
 
-/// Floating-point operations (2 per multiply-add) of one recurrent inference, dynamics and
-/// prediction, for one position: the matrix products and convolutions, which dominate.
+/// Floating-point operations (2 per multiply-add) of one call of each network for one
+/// position: the matrix products and convolutions, which dominate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NetworkFlops {
+    pub representation: f64,
+    pub dynamics: f64,
+    pub prediction: f64,
+}
+
+impl NetworkFlops {
+    pub fn of(spec: &NetworkSpec) -> Self {
+        let a = spec.num_actions as f64;
+        let hd = spec.hidden_dim as f64;
+        let v = spec.value_support.size() as f64;
+        let r = spec.reward_support.size() as f64;
+        let blocks = spec.num_blocks as f64;
+        let macs = if spec.uses_conv() {
+            let c = spec.conv_channels as f64;
+            let n = (spec.observation_shape[1] * spec.observation_shape[2]) as f64;
+            let conv3 = |input: f64| n * input * c * 9.0;
+            let planes = spec.observation_shape[0] as f64;
+            [
+                conv3(planes) + blocks * 2.0 * conv3(c),
+                conv3(c + a) + blocks * 2.0 * conv3(c) + n * c + n * hd + hd * r,
+                blocks * 2.0 * conv3(c) + n * c * 3.0 + 2.0 * n * a + n * hd + hd * v,
+            ]
+        } else {
+            let l = spec.latent_dim as f64;
+            [
+                spec.obs_len() as f64 * hd + blocks * 2.0 * hd * hd + hd * l,
+                (l + a) * hd + blocks * 2.0 * hd * hd + hd * l + hd * hd + hd * r,
+                l * hd + blocks * 2.0 * hd * hd + hd * a + hd * hd + hd * v,
+            ]
+        };
+        Self {
+            representation: 2.0 * macs[0],
+            dynamics: 2.0 * macs[1],
+            prediction: 2.0 * macs[2],
+        }
+    }
+
+    /// One initial inference: representation and prediction.
+    pub fn initial(&self) -> f64 {
+        self.representation + self.prediction
+    }
+
+    /// One recurrent inference: dynamics and prediction.
+    pub fn recurrent(&self) -> f64 {
+        self.dynamics + self.prediction
+    }
+
+    /// One training step of `batch` positions unrolled `k` steps: the representation once,
+    /// `k` dynamics steps and `k + 1` predictions forward, and twice that backward (the
+    /// gradients of the inputs and of the weights). The target network's inference is left
+    /// out.
+    pub fn training_step(&self, batch: usize, k: usize) -> f64 {
+        let forward =
+            self.representation + k as f64 * self.dynamics + (k + 1) as f64 * self.prediction;
+        3.0 * forward * batch as f64
+    }
+}
+
+/// Floating-point operations of one recurrent inference for one position (see
+/// [`NetworkFlops`]).
 pub fn recurrent_flops(spec: &NetworkSpec) -> f64 {
-    let a = spec.num_actions as f64;
-    let hd = spec.hidden_dim as f64;
-    let v = spec.value_support.size() as f64;
-    let r = spec.reward_support.size() as f64;
-    let blocks = spec.num_blocks as f64;
-    let macs = if spec.uses_conv() {
-        let c = spec.conv_channels as f64;
-        let n = (spec.observation_shape[1] * spec.observation_shape[2]) as f64;
-        let conv3 = |input: f64| n * input * c * 9.0;
-        let dynamics = conv3(c + a) + blocks * 2.0 * conv3(c) + n * c + n * hd + hd * r;
-        let prediction = blocks * 2.0 * conv3(c) + n * c * 3.0 + 2.0 * n * a + n * hd + hd * v;
-        dynamics + prediction
-    } else {
-        let l = spec.latent_dim as f64;
-        let dynamics = (l + a) * hd + blocks * 2.0 * hd * hd + hd * l + hd * hd + hd * r;
-        let prediction = l * hd + blocks * 2.0 * hd * hd + hd * a + hd * hd + hd * v;
-        dynamics + prediction
-    };
-    2.0 * macs
+    NetworkFlops::of(spec).recurrent()
 }
 
 /// The measured rule: a call of `flops` floating-point operations in all (per position times
@@ -96,5 +140,21 @@ mod tests {
         assert!(!gpu_pays(small * 256.0));
         assert!(gpu_pays(small * 4096.0));
         assert!(gpu_pays(conv));
+    }
+
+    /// The representation's count by hand (the stem from 3 planes and 8 convolutions of 64
+    /// channels), and a training step is three times its forward calls.
+    #[test]
+    fn a_training_step_counts_its_forward_calls_three_times() {
+        let s = spec(vec![3, 6, 7], 256, 4);
+        let f = NetworkFlops::of(&s);
+        assert_eq!(
+            f.representation,
+            2.0 * 42.0 * 9.0 * 64.0 * (3.0 + 8.0 * 64.0)
+        );
+        let forward = f.representation + 5.0 * f.dynamics + 6.0 * f.prediction;
+        assert_eq!(f.training_step(32, 5), 3.0 * 32.0 * forward);
+        assert_eq!(f.recurrent(), recurrent_flops(&s));
+        assert!(f.initial() < f.recurrent());
     }
 }

@@ -9,6 +9,7 @@ pub mod cost;
 pub mod fused;
 #[cfg(feature = "cuda")]
 mod fused_cuda;
+pub mod host_conv;
 pub mod host_mlp;
 pub mod layers;
 pub mod mlp;
