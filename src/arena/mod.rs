@@ -3,11 +3,15 @@
 //!
 //! Opponents ([`OpponentSpec`], written as on the command line):
 //! - `random`: a uniformly random legal move;
-//! - `perfect`: an exact solver (exhaustive negamax, [`search::exact_move_values`]) that picks
-//!   uniformly among the optimal moves, so the games vary; for small games such as tic-tac-toe;
-//! - `alphabeta:DEPTH`: depth-limited alpha-beta with a line-counting heuristic
-//!   ([`search::line_heuristic`]), uniformly among equally good moves; for Connect Four (and
-//!   tic-tac-toe);
+//! - `perfect`: an exact solver that picks uniformly among the optimal moves, so the games
+//!   vary: exhaustive negamax ([`search::exact_move_values`]) for small games such as
+//!   tic-tac-toe; on Connect Four the bitboard search to the end of the game
+//!   ([`connect_four::exact_move_values`]), for positions with at most
+//!   [`connect_four::PERFECT_MAX_EMPTY`] empty cells (an error before that);
+//! - `alphabeta:DEPTH`: depth-limited alpha-beta, uniformly among equally good moves: on
+//!   Connect Four the bitboard searcher of [`connect_four`] (transposition table, iterative
+//!   deepening, centre-first ordering, a threat-counting heuristic); on other games the
+//!   generic search on clones with a line-counting heuristic ([`search::line_heuristic`]);
 //! - `checkpoint:DIR`: another trained agent, greedy, so two runs can be compared;
 //! - `all`: not a player but every opponent at once ([`audit`]): each legal reply at every
 //!   opponent turn, with the agent's moves checked against exact values; small games only.
@@ -15,6 +19,7 @@
 //! The agent plays greedily (no noise, its search's chosen move).
 
 pub mod audit;
+pub mod connect_four;
 pub mod search;
 
 use std::collections::HashMap;
@@ -45,6 +50,8 @@ pub enum ArenaError {
     Agent(#[from] AgentError),
     #[error("environment")]
     Env(#[from] EnvError),
+    #[error("`perfect` on Connect Four solves positions with at most {limit} empty cells; this one has {empty}: play alphabeta:DEPTH instead (depth 8 or more is strong)")]
+    TooEarlyToSolve { empty: usize, limit: usize },
 }
 
 /// An opponent as written on the command line.
@@ -96,6 +103,14 @@ impl std::fmt::Display for OpponentSpec {
     }
 }
 
+/// The bitboard of `env` when it is Connect Four on its 6 x 7 board.
+fn connect_four_board(env: &dyn Environment, observation: &[f32]) -> Option<connect_four::Board> {
+    if env.name() != "ConnectFour" {
+        return None;
+    }
+    connect_four::Board::from_observation(observation, &env.observation_space().shape())
+}
+
 /// A ready opponent.
 pub enum Opponent {
     Random,
@@ -127,11 +142,24 @@ impl Opponent {
     ) -> Result<usize, ArenaError> {
         Ok(match self {
             Opponent::Random => random_move(env, rng),
-            Opponent::Perfect(memo) => {
-                search::pick_best(&search::exact_move_values(env, memo), 0.0, rng)
-            }
+            Opponent::Perfect(memo) => match connect_four_board(env, observation) {
+                Some(board) => {
+                    let values = connect_four::exact_move_values(&board).ok_or(
+                        ArenaError::TooEarlyToSolve {
+                            empty: board.empty_cells(),
+                            limit: connect_four::PERFECT_MAX_EMPTY,
+                        },
+                    )?;
+                    search::pick_best(&values, 0.0, rng)
+                }
+                None => search::pick_best(&search::exact_move_values(env, memo), 0.0, rng),
+            },
             Opponent::AlphaBeta(depth) => {
-                search::pick_best(&search::alphabeta_move_values(env, *depth), 1e-6, rng)
+                let values = match connect_four_board(env, observation) {
+                    Some(board) => connect_four::alphabeta_move_values(&board, *depth),
+                    None => search::alphabeta_move_values(env, *depth),
+                };
+                search::pick_best(&values, 1e-6, rng)
             }
             Opponent::Agent(agent) => {
                 let mask = env.legal_action_mask();

@@ -233,8 +233,8 @@ pub struct EvalArgs {
     /// episodes played at once).
     #[arg(long, default_value = "cpu")]
     pub device: DeviceKind,
-    /// Two-player games: play a match against random, perfect (exact tic-tac-toe solver),
-    /// alphabeta:DEPTH or checkpoint:DIR, and print wins/draws/losses per side; or `all`:
+    /// Two-player games: play a match against random, perfect (an exact solver: tic-tac-toe,
+    /// or Connect Four from 24 empty cells), alphabeta:DEPTH or checkpoint:DIR, and print wins/draws/losses per side; or `all`:
     /// every opponent at once (each legal reply tried at every opponent turn, the agent's
     /// moves checked against exact values; small games such as tic-tac-toe).
     #[arg(long, value_name = "OPPONENT")]
