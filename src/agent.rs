@@ -10,6 +10,7 @@
 use std::path::Path;
 
 use candle_core::Device;
+use cumind_envs::Environment;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use thiserror::Error;
@@ -17,6 +18,7 @@ use thiserror::Error;
 use crate::checkpoint::{self, CheckpointError};
 use crate::components::{self, EnvInfo};
 use crate::config::Config;
+use crate::exact_model::ExactModel;
 use crate::network::{compute_dtype, MuZeroNetwork, NetworkError, SearchModel};
 use crate::search::{choose_actions, run_search, SearchConfig, SearchError};
 
@@ -52,6 +54,10 @@ pub enum AgentError {
     },
     #[error("{got} legal-action masks for {expected} observations")]
     MaskCount { got: usize, expected: usize },
+    #[error("this agent searches the real game (mcts.model = \"exact\"): pass the games with Agent::select_actions_in_games")]
+    NeedsGames,
+    #[error("{got} games for {expected} observations")]
+    GameCount { got: usize, expected: usize },
 }
 
 /// A trained agent: its network and search configuration.
@@ -183,11 +189,48 @@ impl Agent {
         self.select_actions_masked(observations, &masks, training)
     }
 
-    /// Batched form with one legal-action mask per observation (`true` = legal).
+    /// Batched form with one legal-action mask per observation (`true` = legal). An agent
+    /// whose search steps the real game (`mcts.model = "exact"`) needs the games themselves:
+    /// [`Agent::select_actions_in_games`].
     pub fn select_actions_masked(
         &mut self,
         observations: &[&[f32]],
         legal_masks: &[&[bool]],
+        training: bool,
+    ) -> Result<Vec<usize>, AgentError> {
+        if self.search.exact_rules {
+            return Err(AgentError::NeedsGames);
+        }
+        self.select(observations, legal_masks, &[], training)
+    }
+
+    /// Batched form for games in progress: `observations[i]` is what `games[i]` shows now,
+    /// and its legal moves are the game's. Any agent takes this form; one whose search steps
+    /// the real game (`mcts.model = "exact"`) searches through copies of `games`.
+    pub fn select_actions_in_games(
+        &mut self,
+        games: &[&dyn Environment],
+        observations: &[&[f32]],
+        training: bool,
+    ) -> Result<Vec<usize>, AgentError> {
+        if games.len() != observations.len() {
+            return Err(AgentError::GameCount {
+                got: games.len(),
+                expected: observations.len(),
+            });
+        }
+        let masks: Vec<Vec<bool>> = games.iter().map(|g| g.legal_action_mask()).collect();
+        let masks: Vec<&[bool]> = masks.iter().map(Vec::as_slice).collect();
+        self.select(observations, &masks, games, training)
+    }
+
+    /// The search behind the `select_actions` forms; `games` empty unless the search steps
+    /// the real game.
+    fn select(
+        &mut self,
+        observations: &[&[f32]],
+        legal_masks: &[&[bool]],
+        games: &[&dyn Environment],
         training: bool,
     ) -> Result<Vec<usize>, AgentError> {
         let expected: usize = self.env.observation_shape.iter().product();
@@ -223,19 +266,33 @@ impl Agent {
         let flat: Vec<f32> = observations.concat();
         let masks: Vec<bool> = legal_masks.concat();
         let mut model = SearchModel::new(&self.network);
-        let out = run_search(
-            &mut model,
-            if training {
-                &self.training_search
-            } else {
-                &self.search
-            },
-            &flat,
-            observations.len(),
-            &masks,
-            training,
-            &mut self.rng,
-        )?;
+        let search = if training {
+            &self.training_search
+        } else {
+            &self.search
+        };
+        let out = if search.exact_rules {
+            let mut exact = ExactModel::new(&mut model, games);
+            run_search(
+                &mut exact,
+                search,
+                &flat,
+                observations.len(),
+                &masks,
+                training,
+                &mut self.rng,
+            )?
+        } else {
+            run_search(
+                &mut model,
+                search,
+                &flat,
+                observations.len(),
+                &masks,
+                training,
+                &mut self.rng,
+            )?
+        };
         let temperature = if training { 1.0 } else { 0.0 };
         self.last_root_values.clone_from(&out.root_values);
         Ok(choose_actions(&out, &masks, temperature, &mut self.rng))

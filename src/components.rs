@@ -1,7 +1,9 @@
 //! Builds the parts of an agent from a validated [`Config`]: the network spec, the search,
 //! replay and learner configurations. Shared by training, evaluation and the library API.
 
-use crate::config::{Config, NetworkType, SearchPolicyKind, SymmetricSearch, ValueTargetSource};
+use crate::config::{
+    Config, NetworkType, SearchModelKind, SearchPolicyKind, SymmetricSearch, ValueTargetSource,
+};
 use crate::network::NetworkSpec;
 use crate::replay::ReplayConfig;
 use crate::search::{SearchConfig, SearchPolicy};
@@ -108,6 +110,7 @@ fn search_config_for(config: &Config, env: &EnvInfo, symmetric: bool) -> SearchC
         } else {
             Vec::new()
         },
+        exact_rules: m.model == SearchModelKind::Exact,
     }
 }
 

@@ -25,6 +25,7 @@ pub mod components;
 pub mod config;
 pub mod distributed;
 pub mod error_chain;
+pub mod exact_model;
 pub mod fast_exp;
 pub mod metrics;
 pub mod model;

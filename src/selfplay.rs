@@ -15,12 +15,15 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
-use cumind_envs::{EnvError, EpisodeStats, VectorEnv};
+use cumind_envs::{EnvError, Environment, EpisodeStats, VectorEnv};
 
+use crate::exact_model::ExactModel;
 use crate::model::ModelError;
 use crate::network::{MuZeroNetwork, SearchModel};
 use crate::replay::GameHistory;
-use crate::search::{choose_actions, run_search, SearchConfig, SearchError};
+use crate::search::{
+    choose_actions, SearchConfig, SearchError, SearchInput, SearchOutput, Searcher,
+};
 
 /// Errors of self-play and evaluation.
 #[derive(Debug, thiserror::Error)]
@@ -156,8 +159,14 @@ impl Actor {
         let a = self.num_actions;
         let flat: Vec<f32> = self.observations.concat();
         let masks: Vec<bool> = self.envs.legal_action_masks().concat();
-        let mut model = SearchModel::new(network);
-        let out = run_search(&mut model, search, &flat, n, &masks, true, &mut self.rng)?;
+        let games: Vec<&dyn Environment> = self.envs.envs().iter().map(|e| e.as_ref()).collect();
+        let input = SearchInput {
+            observations: &flat,
+            batch: n,
+            legal_masks: &masks,
+            add_noise: true,
+        };
+        let out = search_games(network, search, &games, &input, &mut self.rng)?;
         let mut actions: Vec<usize> = choose_actions(&out, &masks, temperature, &mut self.rng);
         // Environments still in their random opening play a random legal move instead.
         let opening: Vec<bool> = self.opening_left.iter().map(|&left| left > 0).collect();
@@ -328,6 +337,30 @@ pub fn evaluate(
     Ok(played.expect("an evaluation nothing stops plays to its end"))
 }
 
+/// One half of an evaluation's searches: the episodes, the seed, and copies of their games
+/// for the exact-rules search (empty otherwise).
+type SearchJob<'a> = (&'a [usize], u64, Vec<Box<dyn Environment>>);
+
+/// One batched search of `input` on `network`: through the learned model, or with
+/// `search.exact_rules` through copies of `games` (one per position; unread otherwise;
+/// [`ExactModel`]).
+pub fn search_games<R: Rng + ?Sized>(
+    network: &MuZeroNetwork,
+    search: &SearchConfig,
+    games: &[&dyn Environment],
+    input: &SearchInput<'_>,
+    rng: &mut R,
+) -> Result<SearchOutput, SelfPlayError> {
+    let mut model = SearchModel::new(network);
+    let mut searcher = Searcher::new();
+    Ok(if search.exact_rules {
+        let mut exact = ExactModel::new(&mut model, games);
+        searcher.run(&mut exact, search, input, rng)?
+    } else {
+        searcher.run(&mut model, search, input, rng)?
+    })
+}
+
 /// [`evaluate`], abandoned (`None`) as soon as `stop` is set: it is checked before every
 /// batched search step, so a stop request waits for one step of the unfinished episodes, not
 /// for the whole evaluation.
@@ -365,7 +398,20 @@ pub fn evaluate_unless(
             .collect();
         let halves: Vec<&[usize]> = searched.chunks(searched.len().div_ceil(2).max(1)).collect();
         let seeds: Vec<u64> = halves.iter().map(|_| rng.random()).collect();
-        let search_half = |(half, &seed): (&&[usize], &u64)| -> Result<Vec<usize>, SelfPlayError> {
+        // The exact-rules search steps copies of each half's games.
+        let jobs: Vec<SearchJob> = halves
+            .iter()
+            .zip(&seeds)
+            .map(|(&half, &seed)| {
+                let games = if search.exact_rules {
+                    half.iter().map(|&i| envs.envs()[i].clone_box()).collect()
+                } else {
+                    Vec::new()
+                };
+                (half, seed, games)
+            })
+            .collect();
+        let search_half = |(half, seed, games): SearchJob| -> Result<Vec<usize>, SelfPlayError> {
             let mut rng = StdRng::seed_from_u64(seed);
             let flat: Vec<f32> = half
                 .iter()
@@ -375,14 +421,17 @@ pub fn evaluate_unless(
                 .iter()
                 .flat_map(|&i| all_masks[i].iter().copied())
                 .collect();
-            let mut model = SearchModel::new(network);
-            let out = run_search(
-                &mut model,
+            let games: Vec<&dyn Environment> = games.iter().map(|e| e.as_ref()).collect();
+            let out = search_games(
+                network,
                 search,
-                &flat,
-                half.len(),
-                &masks,
-                false,
+                &games,
+                &SearchInput {
+                    observations: &flat,
+                    batch: half.len(),
+                    legal_masks: &masks,
+                    add_noise: false,
+                },
                 &mut rng,
             )?;
             Ok(choose_actions(&out, &masks, 0.0, &mut rng))
@@ -390,15 +439,11 @@ pub fn evaluate_unless(
         // On the CPU the halves run on two threads; on a GPU one after the other (the same
         // games), so one device is never driven from two threads at once.
         let chosen = if network.device().is_cpu() {
-            halves
-                .par_iter()
-                .zip(&seeds)
+            jobs.into_par_iter()
                 .map(search_half)
                 .collect::<Result<Vec<_>, _>>()?
         } else {
-            halves
-                .iter()
-                .zip(&seeds)
+            jobs.into_iter()
                 .map(search_half)
                 .collect::<Result<Vec<_>, _>>()?
         };
@@ -692,6 +737,7 @@ mod tests {
             two_player: true,
             policy: SearchPolicy::Puct,
             symmetries: Vec::new(),
+            exact_rules: false,
         };
         let mut actor = Actor::new("TicTacToe", 8, seed, 0)
             .unwrap()
@@ -728,6 +774,7 @@ mod tests {
             two_player: false,
             policy: SearchPolicy::Puct,
             symmetries: Vec::new(),
+            exact_rules: false,
         };
         let mut actor = Actor::new("CartPole-v1", 4, 9, segment_length)
             .unwrap()
@@ -824,6 +871,7 @@ mod tests {
             two_player: true,
             policy: SearchPolicy::Puct,
             symmetries: Vec::new(),
+            exact_rules: false,
         };
         let on = |threads: usize| {
             rayon::ThreadPoolBuilder::new()

@@ -78,6 +78,7 @@ fn search_config(policy: SearchPolicy, simulations: usize) -> SearchConfig {
         two_player: false,
         policy,
         symmetries: Vec::new(),
+        exact_rules: false,
     }
 }
 

@@ -137,10 +137,9 @@ impl Walk<'_> {
         }
         let mover = env.to_play();
         let moves = if mover == self.agent_player {
-            let mask = env.legal_action_mask();
             let action = self
                 .agent
-                .select_actions_masked(&[observation], &[&mask], false)?[0];
+                .select_actions_in_games(&[env], &[observation], false)?[0];
             self.audit.positions += 1;
             if self.audit.positions > MAX_AUDIT_POSITIONS {
                 return Err(ArenaError::TooLarge(MAX_AUDIT_POSITIONS));

@@ -162,8 +162,7 @@ impl Opponent {
                 search::pick_best(&values, 1e-6, rng)
             }
             Opponent::Agent(agent) => {
-                let mask = env.legal_action_mask();
-                agent.select_actions_masked(&[observation], &[&mask], false)?[0]
+                agent.select_actions_in_games(&[env], &[observation], false)?[0]
             }
         })
     }
@@ -238,8 +237,7 @@ pub fn play_match(
                 let action = if ply < config.random_opening {
                     random_move(env.as_ref(), &mut rng)
                 } else if mover == agent_player {
-                    let mask = env.legal_action_mask();
-                    agent.select_actions_masked(&[&observation], &[&mask], false)?[0]
+                    agent.select_actions_in_games(&[env.as_ref()], &[&observation], false)?[0]
                 } else {
                     opponent.choose(env.as_ref(), &observation, &mut rng)?
                 };

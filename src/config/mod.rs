@@ -35,8 +35,8 @@ pub use layers::{
 pub use sections::{
     parse_device, ActionDtype, DataTypesConfig, DeviceConfig, DeviceKind, EnvironmentConfig,
     MctsConfig, MemoryConfig, ModelDtype, NetworkConfig, NetworkType, OtherConfig,
-    ReanalyseNetwork, SearchPolicyKind, SelfPlayConfig, SymmetricSearch, TargetDtype,
-    TrainingConfig, ValueTargetSource,
+    ReanalyseNetwork, SearchModelKind, SearchPolicyKind, SelfPlayConfig, SymmetricSearch,
+    TargetDtype, TrainingConfig, ValueTargetSource,
 };
 
 /// A configuration that could not be loaded.

@@ -40,6 +40,16 @@ pub enum SymmetricSearch {
     Always,
 }
 
+/// `mcts.model`: what the search steps through below the root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchModelKind {
+    /// MuZero: the learned dynamics network.
+    Learned,
+    /// AlphaZero: copies of the real game (the network gives the policy and the value only).
+    Exact,
+}
+
 /// `self_play.value_target`: where n-step targets take their bootstrap value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -198,6 +208,9 @@ pub struct MctsConfig {
     /// roots' statistics (an equivariant search at `1 + symmetries` times the cost; no effect
     /// for environments without symmetries): "off", "evaluation" or "always".
     pub symmetric_search: SymmetricSearch,
+    /// "learned" (MuZero: the dynamics network) or "exact" (AlphaZero: the search steps
+    /// copies of the real game for the next state, the reward, the end and the legal moves).
+    pub model: SearchModelKind,
     /// Simulations of greedy play (evaluations, `eval`, `play`, the `Agent` with
     /// `training = false`); 0: `num_simulations`, as self-play.
     pub eval_simulations: usize,

@@ -1,7 +1,7 @@
 //! Range and cross-key checks of a deserialised [`Config`]; errors name the key and what is
 //! allowed.
 
-use super::{invalid, Config, ConfigError, NetworkType};
+use super::{invalid, Config, ConfigError, NetworkType, SearchModelKind, SymmetricSearch};
 
 impl Config {
     /// Check every value's range and every cross-key constraint.
@@ -97,6 +97,20 @@ impl Config {
         within("mcts.gumbel_c_visit", m.gumbel_c_visit, 0.0, 1e9)?;
         within("mcts.gumbel_c_scale", m.gumbel_c_scale, 0.0, 1e9)?;
         within("mcts.gumbel_noise_scale", m.gumbel_noise_scale, 0.0, 100.0)?;
+        if m.model == SearchModelKind::Exact {
+            if m.symmetric_search != SymmetricSearch::Off {
+                return Err(invalid(
+                    "mcts.symmetric_search",
+                    "must be \"off\" with mcts.model = \"exact\" (the exact-rules search steps each game as it is)",
+                ));
+            }
+            if self.training.reanalyse_fraction > 0.0 {
+                return Err(invalid(
+                    "training.reanalyse_fraction",
+                    "must be 0 with mcts.model = \"exact\" (reanalyse searches stored observations, which hold no game to step)",
+                ));
+            }
+        }
         if m.temperature_schedule.is_empty() {
             return Err(invalid(
                 "mcts.temperature_schedule",

@@ -396,6 +396,7 @@ mod tests {
             two_player: false,
             policy,
             symmetries: Vec::new(),
+            exact_rules: false,
         }
     }
 

@@ -70,6 +70,10 @@ pub struct SearchConfig {
     /// statistics (see the `symmetric` module); empty (the default) searches each root once.
     #[serde(skip)]
     pub symmetries: Vec<cumind_envs::Symmetry>,
+    /// Search the real game instead of the learned model (`mcts.model = "exact"`): the
+    /// callers that hold the environments search through `crate::exact_model::ExactModel`.
+    /// The search itself does not read it.
+    pub exact_rules: bool,
 }
 
 impl Default for SearchConfig {
@@ -84,6 +88,7 @@ impl Default for SearchConfig {
             two_player: false,
             policy: SearchPolicy::Puct,
             symmetries: Vec::new(),
+            exact_rules: false,
         }
     }
 }

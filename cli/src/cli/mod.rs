@@ -633,7 +633,6 @@ fn run_play(config_args: &ConfigArgs, args: PlayArgs) -> Result<()> {
     );
     loop {
         println!("{}", env.render());
-        let legal = env.legal_action_mask();
         let mover = env.to_play();
         let action = if mover == human {
             print!("your move {:?}: ", env.legal_actions());
@@ -650,7 +649,7 @@ fn run_play(config_args: &ConfigArgs, args: PlayArgs) -> Result<()> {
                 }
             }
         } else {
-            let a = agent.select_actions_masked(&[&observation], &[&legal], false)?[0];
+            let a = agent.select_actions_in_games(&[env.as_ref()], &[&observation], false)?[0];
             let value = agent
                 .last_root_values()
                 .first()

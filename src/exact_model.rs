@@ -1,0 +1,295 @@
+//! AlphaZero's search: a [`Model`] that steps copies of the real game instead of a learned
+//! dynamics network (`mcts.model = "exact"`).
+//!
+//! Each tree keeps a copy of its environment per node. A recurrent inference steps the
+//! parent's copy with the action: the game itself gives the reward, whether the game ended and
+//! the legal moves; the network (any [`Model`], asked for initial inferences on the new
+//! positions' observations, batched over the trees) gives only the policy and the value. A
+//! node past the end of the game is absorbing (reward 0, value 0, below it too), and an
+//! illegal move inside the tree (the search masks illegal moves at the root only) ends the
+//! game as a loss for its mover (reward -1); illegal moves also get a logit of
+//! [`ILLEGAL_LOGIT`], so they keep a prior of about 0 below the root.
+
+use cumind_envs::Environment;
+
+use crate::model::{Model, ModelError, Prediction};
+
+/// The policy logit given to illegal moves.
+pub const ILLEGAL_LOGIT: f32 = -1e9;
+
+enum Node {
+    /// A position of the game, still going.
+    Live(Box<dyn Environment>),
+    /// Past the end of the game.
+    Ended,
+}
+
+/// The exact-rules model over `evaluator` (see the module's docs) for the trees whose roots
+/// are copies of `roots`, one per batch element, in order.
+pub struct ExactModel<'a, M: Model + ?Sized> {
+    evaluator: &'a mut M,
+    roots: Vec<Box<dyn Environment>>,
+    nodes: Vec<Vec<Option<Node>>>,
+}
+
+impl<'a, M: Model + ?Sized> ExactModel<'a, M> {
+    pub fn new(evaluator: &'a mut M, roots: &[&dyn Environment]) -> Self {
+        Self {
+            evaluator,
+            roots: roots.iter().map(|env| env.clone_box()).collect(),
+            nodes: Vec::new(),
+        }
+    }
+
+    fn mask_illegal(logits: &mut [f32], env: &dyn Environment) {
+        for (logit, legal) in logits.iter_mut().zip(env.legal_action_mask()) {
+            if !legal {
+                *logit = ILLEGAL_LOGIT;
+            }
+        }
+    }
+}
+
+impl<M: Model + ?Sized> Model for ExactModel<'_, M> {
+    fn num_actions(&self) -> usize {
+        self.evaluator.num_actions()
+    }
+
+    fn initial_inference(
+        &mut self,
+        observations: &[f32],
+        batch: usize,
+        capacity: usize,
+    ) -> Result<Prediction, ModelError> {
+        if batch != self.roots.len() {
+            return Err(ModelError::Backend(format!(
+                "the exact-rules model holds {} games, the search asked for {batch} roots",
+                self.roots.len()
+            )));
+        }
+        let mut prediction = self.evaluator.initial_inference(observations, batch, 1)?;
+        let a = self.num_actions();
+        self.nodes = self
+            .roots
+            .iter()
+            .map(|root| {
+                let mut tree: Vec<Option<Node>> = (0..capacity).map(|_| None).collect();
+                tree[0] = Some(Node::Live(root.clone_box()));
+                tree
+            })
+            .collect();
+        for (b, root) in self.roots.iter().enumerate() {
+            Self::mask_illegal(
+                &mut prediction.policy_logits[b * a..(b + 1) * a],
+                root.as_ref(),
+            );
+        }
+        Ok(prediction)
+    }
+
+    fn recurrent_inference(
+        &mut self,
+        parents: &[usize],
+        actions: &[usize],
+        new_node: usize,
+    ) -> Result<Prediction, ModelError> {
+        let batch = parents.len();
+        let a = self.num_actions();
+        let mut rewards = vec![0f32; batch];
+        let mut children = Vec::with_capacity(batch);
+        for b in 0..batch {
+            let child = match self.nodes[b].get(parents[b]) {
+                Some(Some(Node::Live(env))) => {
+                    let mut next = env.clone_box();
+                    match next.step(actions[b]) {
+                        Ok(step) => {
+                            rewards[b] = step.reward as f32;
+                            if step.terminated || step.truncated {
+                                (Node::Ended, None)
+                            } else {
+                                (Node::Live(next), Some(step.observation))
+                            }
+                        }
+                        // An illegal move loses the game for its mover.
+                        Err(_) => {
+                            rewards[b] = -1.0;
+                            (Node::Ended, None)
+                        }
+                    }
+                }
+                Some(Some(Node::Ended)) => (Node::Ended, None),
+                _ => {
+                    return Err(ModelError::Backend(format!(
+                        "the exact-rules model has no node {} in tree {b}",
+                        parents[b]
+                    )))
+                }
+            };
+            children.push(child);
+        }
+        // One network call for every position still in play.
+        let live: Vec<usize> = (0..batch).filter(|&b| children[b].1.is_some()).collect();
+        let observations: Vec<f32> = live
+            .iter()
+            .flat_map(|&b| children[b].1.iter().flatten().copied())
+            .collect();
+        let evaluated = if live.is_empty() {
+            Prediction::default()
+        } else {
+            self.evaluator
+                .initial_inference(&observations, live.len(), 1)?
+        };
+        let mut prediction = Prediction {
+            policy_logits: vec![0.0; batch * a],
+            values: vec![0.0; batch],
+            rewards,
+        };
+        for (i, &b) in live.iter().enumerate() {
+            let logits = &mut prediction.policy_logits[b * a..(b + 1) * a];
+            logits.copy_from_slice(&evaluated.policy_logits[i * a..(i + 1) * a]);
+            if let Node::Live(env) = &children[b].0 {
+                Self::mask_illegal(logits, env.as_ref());
+            }
+            prediction.values[b] = evaluated.values[i];
+        }
+        for (b, (node, _)) in children.into_iter().enumerate() {
+            match self.nodes[b].get_mut(new_node) {
+                Some(slot) => *slot = Some(node),
+                None => {
+                    return Err(ModelError::Backend(format!(
+                        "node {new_node} is past the capacity of tree {b}"
+                    )))
+                }
+            }
+        }
+        Ok(prediction)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cumind_envs::{ConnectFour, TicTacToe};
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+
+    use super::*;
+    use crate::search::{run_search, SearchConfig};
+
+    /// A network that knows nothing: uniform priors, every value 0.
+    struct Uniform(usize);
+
+    impl Model for Uniform {
+        fn num_actions(&self) -> usize {
+            self.0
+        }
+
+        fn initial_inference(
+            &mut self,
+            _observations: &[f32],
+            batch: usize,
+            _capacity: usize,
+        ) -> Result<Prediction, ModelError> {
+            Ok(Prediction {
+                policy_logits: vec![0.0; batch * self.0],
+                values: vec![0.0; batch],
+                rewards: vec![0.0; batch],
+            })
+        }
+
+        fn recurrent_inference(
+            &mut self,
+            _parents: &[usize],
+            _actions: &[usize],
+            _new_node: usize,
+        ) -> Result<Prediction, ModelError> {
+            unreachable!("the exact-rules model asks for initial inferences only")
+        }
+    }
+
+    fn played<E: Environment>(mut env: E, moves: &[usize]) -> (E, Vec<f32>) {
+        let mut obs = env.reset(None).0;
+        for &m in moves {
+            obs = env.step(m).unwrap().observation;
+        }
+        (env, obs)
+    }
+
+    /// The most visited root move of each position, with a uniform network.
+    fn search(
+        envs: &[&dyn Environment],
+        observations: &[Vec<f32>],
+        simulations: usize,
+    ) -> Vec<usize> {
+        let a = envs[0].legal_action_mask().len();
+        let mut network = Uniform(a);
+        let mut model = ExactModel::new(&mut network, envs);
+        let config = SearchConfig {
+            num_simulations: simulations,
+            two_player: true,
+            discount: 1.0,
+            ..SearchConfig::default()
+        };
+        let masks: Vec<bool> = envs.iter().flat_map(|e| e.legal_action_mask()).collect();
+        let flat: Vec<f32> = observations.concat();
+        let mut rng = StdRng::seed_from_u64(3);
+        let out = run_search(
+            &mut model,
+            &config,
+            &flat,
+            envs.len(),
+            &masks,
+            false,
+            &mut rng,
+        )
+        .unwrap();
+        (0..envs.len())
+            .map(|b| {
+                let visits = &out.visit_counts[b * a..(b + 1) * a];
+                (0..a).max_by_key(|&i| visits[i]).unwrap()
+            })
+            .collect()
+    }
+
+    /// With a network that knows nothing, the real rules alone find the win in one and the
+    /// only block, in Connect Four and tic-tac-toe, searched as one batch.
+    #[test]
+    fn a_uniform_network_finds_the_win_in_one_and_the_only_block() {
+        // Connect Four: X (to move) has 0, 1, 2 on the bottom row: 3 wins.
+        let (win, win_obs) = played(ConnectFour::new(), &[0, 0, 1, 1, 2, 6]);
+        // O to move must block at 3.
+        let (block, block_obs) = played(ConnectFour::new(), &[0, 0, 1, 1, 2]);
+        // A vertical threat: X has three in column 5; O must play 5.
+        let (column, column_obs) = played(ConnectFour::new(), &[5, 0, 5, 1, 5]);
+        let chosen = search(
+            &[&win, &block, &column],
+            &[win_obs, block_obs, column_obs],
+            200,
+        );
+        assert_eq!(chosen, vec![3, 3, 5]);
+        // Tic-tac-toe: X has 0 and 1 (O: 4, 8): X wins at 2; O to move after X: 0, 1 blocks 2.
+        let (t_win, t_win_obs) = played(TicTacToe::new(), &[0, 4, 1, 8]);
+        let (t_block, t_block_obs) = played(TicTacToe::new(), &[0, 4, 1]);
+        let chosen = search(&[&t_win, &t_block], &[t_win_obs, t_block_obs], 100);
+        assert_eq!(chosen, vec![2, 2]);
+    }
+
+    /// Moves past the end of the game and illegal moves inside the tree: absorbing nodes
+    /// with reward 0, and a loss for the mover of an illegal move.
+    #[test]
+    fn ended_games_absorb_and_illegal_moves_lose() {
+        let (env, obs) = played(TicTacToe::new(), &[0, 4, 1, 8]);
+        let mut network = Uniform(9);
+        let mut model = ExactModel::new(&mut network, &[&env]);
+        let root = model.initial_inference(&obs, 1, 4).unwrap();
+        // Occupied squares get the illegal logit at the root.
+        for square in [0, 1, 4, 8] {
+            assert_eq!(root.policy_logits[square], ILLEGAL_LOGIT);
+        }
+        let won = model.recurrent_inference(&[0], &[2], 1).unwrap();
+        assert_eq!(won.rewards, vec![1.0]);
+        let past = model.recurrent_inference(&[1], &[3], 2).unwrap();
+        assert_eq!((past.rewards[0], past.values[0]), (0.0, 0.0));
+        let illegal = model.recurrent_inference(&[0], &[4], 3).unwrap();
+        assert_eq!(illegal.rewards, vec![-1.0]);
+    }
+}
