@@ -34,6 +34,31 @@ pub enum SelfPlayError {
     Search(#[from] SearchError),
     #[error("model error")]
     Model(#[from] ModelError),
+    #[error("the evaluation's opponent: {0}")]
+    Opponent(String),
+}
+
+/// The other player of a two-player evaluation: its move in a game, given the game's
+/// current observation.
+pub type OpponentMove<'a> =
+    dyn FnMut(&dyn Environment, &[f32], &mut StdRng) -> Result<usize, String> + 'a;
+
+/// Who the agent plays in a two-player evaluation.
+pub struct EvaluationRules<'a> {
+    /// Plies played at random by both players at the start of each game.
+    pub opening_plies: usize,
+    /// The opponent's moves; `None`: a uniformly random legal move.
+    pub opponent: Option<&'a mut OpponentMove<'a>>,
+}
+
+impl EvaluationRules<'_> {
+    /// Random moves against a random opponent from the first ply: what `evaluate` plays.
+    pub fn random() -> Self {
+        Self {
+            opening_plies: 0,
+            opponent: None,
+        }
+    }
 }
 
 /// Search statistics of one actor step.
@@ -372,6 +397,29 @@ pub fn evaluate_unless(
     seed: u64,
     stop: &std::sync::atomic::AtomicBool,
 ) -> Result<Option<Evaluation>, SelfPlayError> {
+    evaluate_against(
+        network,
+        env_name,
+        episodes,
+        search,
+        seed,
+        stop,
+        EvaluationRules::random(),
+    )
+}
+
+/// [`evaluate_unless`] against the opponent of `rules` after its random opening (two-player
+/// games: the agent moves first in the even episodes, second in the odd ones; its returns
+/// are +1 for a win, 0 for a draw, -1 for a loss).
+pub fn evaluate_against(
+    network: &MuZeroNetwork,
+    env_name: &str,
+    episodes: usize,
+    search: &SearchConfig,
+    seed: u64,
+    stop: &std::sync::atomic::AtomicBool,
+    mut rules: EvaluationRules<'_>,
+) -> Result<Option<Evaluation>, SelfPlayError> {
     let mut envs = VectorEnv::from_name(env_name, episodes)?;
     let mut observations = envs.reset(Some(seed));
     let a = envs.envs()[0].action_space().n().unwrap_or(0);
@@ -387,7 +435,14 @@ pub fn evaluate_unless(
         }
         let all_masks = envs.legal_action_masks();
         let to_play = envs.to_play();
+        let opening: Vec<bool> = (0..episodes)
+            .map(|i| lengths[i] < rules.opening_plies)
+            .collect();
         let agent_moves: Vec<bool> = (0..episodes)
+            .map(|i| !opening[i] && (!two_player || to_play[i] == i % 2))
+            .collect();
+        // The side whose move it is, for the rewards: the agent's unless the opponent moves.
+        let agents_side: Vec<bool> = (0..episodes)
             .map(|i| !two_player || to_play[i] == i % 2)
             .collect();
         // Search only the unfinished episodes where the agent moves, in two halves side by
@@ -457,9 +512,18 @@ pub fn evaluate_unless(
             }
         }
         for (i, action) in actions.iter_mut().enumerate() {
-            if !done[i] && !agent_moves[i] {
-                let legal: Vec<usize> = (0..a).filter(|&k| all_masks[i][k]).collect();
-                *action = legal[rng.random_range(0..legal.len())];
+            if done[i] || agent_moves[i] {
+                continue;
+            }
+            match (&mut rules.opponent, opening[i]) {
+                (Some(opponent), false) => {
+                    *action = opponent(envs.envs()[i].as_ref(), &observations[i], &mut rng)
+                        .map_err(SelfPlayError::Opponent)?;
+                }
+                _ => {
+                    let legal: Vec<usize> = (0..a).filter(|&k| all_masks[i][k]).collect();
+                    *action = legal[rng.random_range(0..legal.len())];
+                }
             }
         }
         let result = envs.step(&actions)?;
@@ -470,7 +534,7 @@ pub fn evaluate_unless(
             env_steps += 1;
             lengths[i] += 1;
             // Rewards belong to the player who moved.
-            let sign = if agent_moves[i] { 1.0 } else { -1.0 };
+            let sign = if agents_side[i] { 1.0 } else { -1.0 };
             returns[i] += sign * result.rewards[i];
             if result.finished[i].is_some() {
                 done[i] = true;
@@ -855,6 +919,44 @@ mod tests {
         }
         assert!(some.iter().all(|&s| s <= 4), "{some:?}");
         assert_eq!(some, opening_stones(4, 5), "the seed fixes the openings");
+    }
+
+    /// Against a perfect tic-tac-toe player an untrained agent never wins; the openings
+    /// are random, and an opponent's failure stops the evaluation with its message.
+    #[test]
+    fn an_evaluation_against_a_perfect_opponent_never_wins_and_opens_at_random() {
+        let network =
+            MuZeroNetwork::new(tiny_spec(vec![3, 3, 3], 9), 3, &Device::Cpu, DType::F32).unwrap();
+        let search = SearchConfig {
+            num_simulations: 6,
+            two_player: true,
+            discount: 1.0,
+            ..SearchConfig::default()
+        };
+        let never = std::sync::atomic::AtomicBool::new(false);
+        let mut perfect = crate::arena::Opponent::Perfect(HashMap::new());
+        let mut choose = |env: &dyn Environment, obs: &[f32], rng: &mut StdRng| {
+            perfect.choose(env, obs, rng).map_err(|e| e.to_string())
+        };
+        let rules = EvaluationRules {
+            opening_plies: 2,
+            opponent: Some(&mut choose),
+        };
+        let eval = evaluate_against(&network, "TicTacToe", 8, &search, 5, &never, rules)
+            .unwrap()
+            .unwrap();
+        assert!(eval.returns.iter().all(|&r| r <= 0.0), "{eval:?}");
+        assert!(eval.lengths.iter().all(|&l| l >= 5), "{eval:?}");
+        let mut failing =
+            |_: &dyn Environment, _: &[f32], _: &mut StdRng| Err("no move".to_string());
+        let rules = EvaluationRules {
+            opening_plies: 0,
+            opponent: Some(&mut failing),
+        };
+        let err = evaluate_against(&network, "TicTacToe", 2, &search, 5, &never, rules)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no move"), "{err}");
     }
 
     #[test]

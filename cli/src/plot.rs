@@ -168,28 +168,74 @@ fn sorted(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
 }
 
 fn panels(runs: &[RunCurves]) -> Vec<Panel> {
-    let mut eval = Panel {
-        title: "evaluation mean return",
-        per_run: Vec::new(),
-    };
-    let mut train = Panel {
-        title: "training return (mean of 20 episodes)",
-        per_run: Vec::new(),
-    };
-    let mut loss = Panel {
+    let loss = Panel {
         title: "total loss (mean of 10 logged values)",
-        per_run: Vec::new(),
+        per_run: runs
+            .iter()
+            .map(|run| run.by_training_steps(&running_mean(run.get("loss/total"), 10)))
+            .collect(),
     };
-    for run in runs {
-        eval.per_run
-            .push(run.by_env_steps(run.get("eval/mean_return").to_vec()));
-        train
-            .per_run
-            .push(run.by_env_steps(running_mean(run.get("episode/return"), 20)));
-        loss.per_run
-            .push(run.by_training_steps(&running_mean(run.get("loss/total"), 10)));
+    // Two-player games evaluated per side: the win rates as first and as second player (the
+    // training return sums both players' rewards and says nothing).
+    if runs
+        .iter()
+        .any(|run| !run.get("eval/first/win_rate").is_empty())
+    {
+        let rate = |tag: &str| -> Vec<TwoAxes> {
+            runs.iter()
+                .map(|run| run.by_env_steps(run.get(tag).to_vec()))
+                .collect()
+        };
+        return vec![
+            Panel {
+                title: "evaluation: win rate as first player",
+                per_run: rate("eval/first/win_rate"),
+            },
+            Panel {
+                title: "evaluation: win rate as second player",
+                per_run: rate("eval/second/win_rate"),
+            },
+            loss,
+        ];
     }
+    let eval = Panel {
+        title: "evaluation mean return",
+        per_run: runs
+            .iter()
+            .map(|run| run.by_env_steps(run.get("eval/mean_return").to_vec()))
+            .collect(),
+    };
+    let train = Panel {
+        title: "training return (mean of 20 episodes)",
+        per_run: runs
+            .iter()
+            .map(|run| run.by_env_steps(running_mean(run.get("episode/return"), 20)))
+            .collect(),
+    };
     vec![eval, train, loss]
+}
+
+/// An axis value as people write it: 950, 12k, 1.5M.
+fn short_number(x: f64) -> String {
+    let a = x.abs();
+    if a >= 1e6 {
+        format!("{}M", trimmed(x / 1e6))
+    } else if a >= 1e3 {
+        format!("{}k", trimmed(x / 1e3))
+    } else {
+        trimmed(x)
+    }
+}
+
+/// `x` with at most two decimals and no trailing zeros.
+fn trimmed(x: f64) -> String {
+    let s = format!("{x:.2}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" {
+        "0".to_string()
+    } else {
+        s.to_string()
+    }
 }
 
 /// Register plotters' sans-serif font (once per process): the TrueType file at `path`, or
@@ -310,6 +356,8 @@ fn draw_panel(
         .x_desc(x_label)
         .x_labels(5)
         .y_labels(5)
+        .x_label_formatter(&|x| short_number(*x))
+        .y_label_formatter(&|y| short_number(*y))
         .label_style(("sans-serif", 12))
         .draw()
         .map_err(|e| e.to_string())?;
@@ -325,6 +373,43 @@ fn draw_panel(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn axis_numbers_read_100k_not_100000() {
+        assert_eq!(short_number(100_000.0), "100k");
+        assert_eq!(short_number(12_500.0), "12.5k");
+        assert_eq!(short_number(1_500_000.0), "1.5M");
+        assert_eq!(short_number(950.0), "950");
+        assert_eq!(short_number(0.25), "0.25");
+        assert_eq!(short_number(-2_000.0), "-2k");
+        assert_eq!(short_number(0.0), "0");
+    }
+
+    /// A run evaluated per side draws the win rates instead of the mean and training returns.
+    #[test]
+    fn two_player_runs_show_win_rates_per_side() {
+        let mut series = BTreeMap::new();
+        series.insert("eval/first/win_rate".to_string(), vec![(100.0, 0.5)]);
+        series.insert("eval/second/win_rate".to_string(), vec![(100.0, 0.25)]);
+        let run = RunCurves {
+            name: "board".into(),
+            series,
+        };
+        let titles: Vec<&str> = panels(&[run]).iter().map(|p| p.title).collect();
+        assert_eq!(
+            titles,
+            [
+                "evaluation: win rate as first player",
+                "evaluation: win rate as second player",
+                "total loss (mean of 10 logged values)"
+            ]
+        );
+        let plain = RunCurves {
+            name: "cartpole".into(),
+            series: BTreeMap::new(),
+        };
+        assert_eq!(panels(&[plain])[0].title, "evaluation mean return");
+    }
 
     #[test]
     fn interpolation_is_linear_inside_and_clamped_outside() {

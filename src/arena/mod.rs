@@ -134,7 +134,7 @@ impl Opponent {
     }
 
     /// The opponent's move in `env`, whose current observation is `observation`.
-    fn choose(
+    pub fn choose(
         &mut self,
         env: &dyn Environment,
         observation: &[f32],

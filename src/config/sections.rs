@@ -177,6 +177,12 @@ pub struct TrainingConfig {
     pub eval_interval: usize,
     /// Episodes per evaluation.
     pub eval_episodes: usize,
+    /// Two-player games: the evaluations' opponent, written as `cumind eval --opponent`
+    /// takes it ("random", "alphabeta:DEPTH", "perfect", "checkpoint:DIR"); the agent plays
+    /// first in half the episodes and second in the other half.
+    pub eval_opponent: String,
+    /// Plies played at random by both players at the start of each evaluation game.
+    pub eval_opening_plies: usize,
     /// Stop early once an evaluation's mean return reaches this (0: never).
     pub stop_return: f64,
     /// Episodes of a confirming evaluation (0: none). When an evaluation reaches

@@ -78,6 +78,16 @@ impl Config {
         if t.eval_interval > 0 {
             at_least("training.eval_episodes", t.eval_episodes, 1)?;
         }
+        match t.eval_opponent.parse::<crate::arena::OpponentSpec>() {
+            Ok(crate::arena::OpponentSpec::All) => {
+                return Err(invalid(
+                    "training.eval_opponent",
+                    "\"all\" is an audit, not a player: use random, perfect, alphabeta:DEPTH or checkpoint:DIR",
+                ))
+            }
+            Ok(_) => {}
+            Err(err) => return Err(invalid("training.eval_opponent", err.to_string())),
+        }
         if !t.stop_return.is_finite() {
             return Err(invalid("training.stop_return", "must be a finite number"));
         }

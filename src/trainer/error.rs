@@ -38,6 +38,8 @@ pub enum TrainError {
     Replay(#[from] ReplayError),
     #[error("self-play")]
     SelfPlay(#[from] SelfPlayError),
+    #[error("the evaluations' opponent")]
+    EvaluationOpponent(#[from] crate::arena::ArenaError),
     #[error("reanalyse search")]
     Reanalyse(#[from] crate::search::SearchError),
     #[error("training.batch_size = {batch_size} does not split evenly over {ranks} ranks (each rank trains on batch_size / ranks)")]

@@ -28,6 +28,7 @@ use candle_core::Device;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
+use crate::arena::{Opponent, OpponentSpec};
 use crate::checkpoint::{self, CheckpointData, Counters};
 use crate::components::{self, EnvInfo};
 use crate::config::{Config, ReanalyseNetwork};
@@ -38,7 +39,9 @@ use crate::network::SearchModel;
 use crate::network::{compute_dtype, MuZeroNetwork};
 use crate::replay::{reanalyse_policies, Batch, ReplayBuffer};
 use crate::search::Searcher;
-use crate::selfplay::{evaluate_unless, Actor, ActorPool, ActorPoolConfig, Evaluation};
+use crate::selfplay::{
+    evaluate_against, Actor, ActorPool, ActorPoolConfig, Evaluation, EvaluationRules,
+};
 use crate::train::{Learner, TrainStats};
 
 mod error;
@@ -578,7 +581,31 @@ impl<'a> TrainingRun<'a> {
     ) -> Result<Option<Evaluation>> {
         let config = self.config;
         let clock = Instant::now();
-        let eval = evaluate_unless(
+        let t = &config.training;
+        // Validated with the configuration.
+        let spec: OpponentSpec = t.eval_opponent.parse()?;
+        let mut opponent = match (self.env.num_players > 1, &spec) {
+            (true, OpponentSpec::Random) | (false, _) => None,
+            (true, spec) => Some(Opponent::new(spec, &candle_core::Device::Cpu)?),
+        };
+        let has_opponent = opponent.is_some();
+        let mut choose = |env: &dyn cumind_envs::Environment,
+                          observation: &[f32],
+                          rng: &mut rand::rngs::StdRng| {
+            let opponent = opponent.as_mut().expect("called only with an opponent");
+            opponent
+                .choose(env, observation, rng)
+                .map_err(|e| crate::error_chain::error_chain(&e))
+        };
+        let rules = EvaluationRules {
+            opening_plies: t.eval_opening_plies,
+            opponent: if has_opponent {
+                Some(&mut choose)
+            } else {
+                None
+            },
+        };
+        let eval = evaluate_against(
             self.learner.network(),
             &config.environment.env_name,
             episodes,
@@ -589,6 +616,7 @@ impl<'a> TrainingRun<'a> {
                 .wrapping_add(seed_offset)
                 .wrapping_add(self.counters.env_steps),
             stop,
+            rules,
         )?;
         self.timing.evaluation += clock.elapsed().as_secs_f64();
         Ok(eval)
@@ -636,6 +664,35 @@ impl<'a> TrainingRun<'a> {
             eval.std_return(),
             eval.returns.len()
         ));
+        if self.env.num_players > 1 {
+            // Outcomes per side: the agent moves first in the even episodes.
+            let mut sides = Vec::new();
+            for (side, first) in [("first", 0), ("second", 1)] {
+                let outcomes: Vec<f64> = eval
+                    .returns
+                    .iter()
+                    .skip(first)
+                    .step_by(2)
+                    .copied()
+                    .collect();
+                let n = outcomes.len().max(1) as f64;
+                let count = |f: &dyn Fn(f64) -> bool| outcomes.iter().filter(|&&r| f(r)).count();
+                let (w, d, l) = (
+                    count(&|r| r > 0.5),
+                    count(&|r| r.abs() <= 0.5),
+                    count(&|r| r < -0.5),
+                );
+                sink.scalar(&format!("eval/{side}/win_rate"), w as f64 / n, at);
+                sink.scalar(&format!("eval/{side}/draw_rate"), d as f64 / n, at);
+                sink.scalar(&format!("eval/{side}/loss_rate"), l as f64 / n, at);
+                sides.push(format!("as {side} {w}-{d}-{l}"));
+            }
+            sink.log(&format!(
+                "  against {} (wins-draws-losses): {}",
+                self.config.training.eval_opponent,
+                sides.join(", ")
+            ));
+        }
         self.last_eval = Some(eval);
         Ok(Some(improved))
     }
