@@ -105,3 +105,45 @@ fn wrong_shapes_and_missing_checkpoints_are_clear_errors() {
     let err = Agent::load(dir.path()).err().unwrap().to_string();
     assert!(err.contains("no checkpoint"), "{err}");
 }
+
+/// An agent whose search steps the real game takes the games themselves: with an untrained
+/// network it still takes Connect Four's win in one and makes the only block; the
+/// observation-only form refuses it with an error that names the form to call.
+#[test]
+fn an_exact_rules_agent_plays_from_the_games_and_refuses_bare_observations() {
+    use cumind_envs::{ConnectFour, Environment};
+    let mut agent = agent_with(
+        "ConnectFour",
+        &[
+            "mcts.model=exact",
+            "mcts.num_simulations=200",
+            "mcts.search_policy=puct",
+        ],
+    );
+    let position = |moves: &[usize]| {
+        let mut env = ConnectFour::new();
+        let mut obs = env.reset(None).0;
+        for &m in moves {
+            obs = env.step(m).unwrap().observation;
+        }
+        (env, obs)
+    };
+    let (win, win_obs) = position(&[0, 0, 1, 1, 2, 6]);
+    let (block, block_obs) = position(&[0, 0, 1, 1, 2]);
+    let games: [&dyn Environment; 2] = [&win, &block];
+    let chosen = agent
+        .select_actions_in_games(&games, &[&win_obs, &block_obs], false)
+        .unwrap();
+    assert_eq!(chosen, vec![3, 3]);
+    let mask = win.legal_action_mask();
+    let err = agent
+        .select_actions_masked(&[&win_obs], &[&mask], false)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("select_actions_in_games"), "{err}");
+    let err = agent
+        .select_actions_in_games(&games, &[&win_obs], false)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("2 games for 1 observations"), "{err}");
+}
