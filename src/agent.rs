@@ -18,9 +18,9 @@ use thiserror::Error;
 use crate::checkpoint::{self, CheckpointError};
 use crate::components::{self, EnvInfo};
 use crate::config::Config;
-use crate::exact_model::ExactModel;
+use crate::exact_model::search_games;
 use crate::network::{compute_dtype, MuZeroNetwork, NetworkError, SearchModel};
-use crate::search::{choose_actions, run_search, SearchConfig, SearchError};
+use crate::search::{choose_actions, SearchConfig, SearchError, SearchInput};
 
 /// Errors of the library API.
 #[derive(Debug, Error)]
@@ -265,34 +265,24 @@ impl Agent {
         }
         let flat: Vec<f32> = observations.concat();
         let masks: Vec<bool> = legal_masks.concat();
-        let mut model = SearchModel::new(&self.network);
         let search = if training {
             &self.training_search
         } else {
             &self.search
         };
-        let out = if search.exact_rules {
-            let mut exact = ExactModel::new(&mut model, games);
-            run_search(
-                &mut exact,
-                search,
-                &flat,
-                observations.len(),
-                &masks,
-                training,
-                &mut self.rng,
-            )?
-        } else {
-            run_search(
-                &mut model,
-                search,
-                &flat,
-                observations.len(),
-                &masks,
-                training,
-                &mut self.rng,
-            )?
+        let input = SearchInput {
+            observations: &flat,
+            batch: observations.len(),
+            legal_masks: &masks,
+            add_noise: training,
         };
+        let out = search_games(
+            &mut SearchModel::new(&self.network),
+            search,
+            games,
+            &input,
+            &mut self.rng,
+        )?;
         let temperature = if training { 1.0 } else { 0.0 };
         self.last_root_values.clone_from(&out.root_values);
         Ok(choose_actions(&out, &masks, temperature, &mut self.rng))

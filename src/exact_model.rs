@@ -11,8 +11,27 @@
 //! [`ILLEGAL_LOGIT`], so they keep a prior of about 0 below the root.
 
 use cumind_envs::Environment;
+use rand::Rng;
 
 use crate::model::{Model, ModelError, Prediction};
+use crate::search::{SearchConfig, SearchError, SearchInput, SearchOutput, Searcher};
+
+/// One batched search of `input` through `model`, or with `search.exact_rules` through
+/// copies of `games` (one per position; unread otherwise) with `model` as the evaluator.
+pub fn search_games<M: Model + ?Sized, R: Rng + ?Sized>(
+    model: &mut M,
+    search: &SearchConfig,
+    games: &[&dyn Environment],
+    input: &SearchInput<'_>,
+    rng: &mut R,
+) -> Result<SearchOutput, SearchError> {
+    let mut searcher = Searcher::new();
+    if search.exact_rules {
+        searcher.run(&mut ExactModel::new(model, games), search, input, rng)
+    } else {
+        searcher.run(model, search, input, rng)
+    }
+}
 
 /// The policy logit given to illegal moves.
 pub const ILLEGAL_LOGIT: f32 = -1e9;
@@ -174,6 +193,7 @@ mod tests {
 
     use super::*;
     use crate::search::{run_search, SearchConfig};
+    use crate::testing::games::after_moves;
 
     /// A network that knows nothing: uniform priors, every value 0.
     struct Uniform(usize);
@@ -204,14 +224,6 @@ mod tests {
         ) -> Result<Prediction, ModelError> {
             unreachable!("the exact-rules model asks for initial inferences only")
         }
-    }
-
-    fn played<E: Environment>(mut env: E, moves: &[usize]) -> (E, Vec<f32>) {
-        let mut obs = env.reset(None).0;
-        for &m in moves {
-            obs = env.step(m).unwrap().observation;
-        }
-        (env, obs)
     }
 
     /// The most visited root move of each position, with a uniform network.
@@ -255,11 +267,11 @@ mod tests {
     #[test]
     fn a_uniform_network_finds_the_win_in_one_and_the_only_block() {
         // Connect Four: X (to move) has 0, 1, 2 on the bottom row: 3 wins.
-        let (win, win_obs) = played(ConnectFour::new(), &[0, 0, 1, 1, 2, 6]);
+        let (win, win_obs) = after_moves(ConnectFour::new(), &[0, 0, 1, 1, 2, 6]);
         // O to move must block at 3.
-        let (block, block_obs) = played(ConnectFour::new(), &[0, 0, 1, 1, 2]);
+        let (block, block_obs) = after_moves(ConnectFour::new(), &[0, 0, 1, 1, 2]);
         // A vertical threat: X has three in column 5; O must play 5.
-        let (column, column_obs) = played(ConnectFour::new(), &[5, 0, 5, 1, 5]);
+        let (column, column_obs) = after_moves(ConnectFour::new(), &[5, 0, 5, 1, 5]);
         let chosen = search(
             &[&win, &block, &column],
             &[win_obs, block_obs, column_obs],
@@ -267,8 +279,8 @@ mod tests {
         );
         assert_eq!(chosen, vec![3, 3, 5]);
         // Tic-tac-toe: X has 0 and 1 (O: 4, 8): X wins at 2; O to move after X: 0, 1 blocks 2.
-        let (t_win, t_win_obs) = played(TicTacToe::new(), &[0, 4, 1, 8]);
-        let (t_block, t_block_obs) = played(TicTacToe::new(), &[0, 4, 1]);
+        let (t_win, t_win_obs) = after_moves(TicTacToe::new(), &[0, 4, 1, 8]);
+        let (t_block, t_block_obs) = after_moves(TicTacToe::new(), &[0, 4, 1]);
         let chosen = search(&[&t_win, &t_block], &[t_win_obs, t_block_obs], 100);
         assert_eq!(chosen, vec![2, 2]);
     }
@@ -277,7 +289,7 @@ mod tests {
     /// with reward 0, and a loss for the mover of an illegal move.
     #[test]
     fn ended_games_absorb_and_illegal_moves_lose() {
-        let (env, obs) = played(TicTacToe::new(), &[0, 4, 1, 8]);
+        let (env, obs) = after_moves(TicTacToe::new(), &[0, 4, 1, 8]);
         let mut network = Uniform(9);
         let mut model = ExactModel::new(&mut network, &[&env]);
         let root = model.initial_inference(&obs, 1, 4).unwrap();

@@ -17,13 +17,11 @@ use rayon::prelude::*;
 
 use cumind_envs::{EnvError, Environment, EpisodeStats, VectorEnv};
 
-use crate::exact_model::ExactModel;
+use crate::exact_model::search_games;
 use crate::model::ModelError;
 use crate::network::{MuZeroNetwork, SearchModel};
 use crate::replay::GameHistory;
-use crate::search::{
-    choose_actions, SearchConfig, SearchError, SearchInput, SearchOutput, Searcher,
-};
+use crate::search::{choose_actions, SearchConfig, SearchError, SearchInput};
 
 /// Errors of self-play and evaluation.
 #[derive(Debug, thiserror::Error)]
@@ -191,7 +189,13 @@ impl Actor {
             legal_masks: &masks,
             add_noise: true,
         };
-        let out = search_games(network, search, &games, &input, &mut self.rng)?;
+        let out = search_games(
+            &mut SearchModel::new(network),
+            search,
+            &games,
+            &input,
+            &mut self.rng,
+        )?;
         let mut actions: Vec<usize> = choose_actions(&out, &masks, temperature, &mut self.rng);
         // Environments still in their random opening play a random legal move instead.
         let opening: Vec<bool> = self.opening_left.iter().map(|&left| left > 0).collect();
@@ -366,26 +370,6 @@ pub fn evaluate(
 /// for the exact-rules search (empty otherwise).
 type SearchJob<'a> = (&'a [usize], u64, Vec<Box<dyn Environment>>);
 
-/// One batched search of `input` on `network`: through the learned model, or with
-/// `search.exact_rules` through copies of `games` (one per position; unread otherwise;
-/// [`ExactModel`]).
-pub fn search_games<R: Rng + ?Sized>(
-    network: &MuZeroNetwork,
-    search: &SearchConfig,
-    games: &[&dyn Environment],
-    input: &SearchInput<'_>,
-    rng: &mut R,
-) -> Result<SearchOutput, SelfPlayError> {
-    let mut model = SearchModel::new(network);
-    let mut searcher = Searcher::new();
-    Ok(if search.exact_rules {
-        let mut exact = ExactModel::new(&mut model, games);
-        searcher.run(&mut exact, search, input, rng)?
-    } else {
-        searcher.run(&mut model, search, input, rng)?
-    })
-}
-
 /// [`evaluate`], abandoned (`None`) as soon as `stop` is set: it is checked before every
 /// batched search step, so a stop request waits for one step of the unfinished episodes, not
 /// for the whole evaluation.
@@ -478,7 +462,7 @@ pub fn evaluate_against(
                 .collect();
             let games: Vec<&dyn Environment> = games.iter().map(|e| e.as_ref()).collect();
             let out = search_games(
-                network,
+                &mut SearchModel::new(network),
                 search,
                 &games,
                 &SearchInput {

@@ -111,6 +111,7 @@ fn wrong_shapes_and_missing_checkpoints_are_clear_errors() {
 /// observation-only form refuses it with an error that names the form to call.
 #[test]
 fn an_exact_rules_agent_plays_from_the_games_and_refuses_bare_observations() {
+    use cumind::testing::games::after_moves;
     use cumind_envs::{ConnectFour, Environment};
     let mut agent = agent_with(
         "ConnectFour",
@@ -120,14 +121,7 @@ fn an_exact_rules_agent_plays_from_the_games_and_refuses_bare_observations() {
             "mcts.search_policy=puct",
         ],
     );
-    let position = |moves: &[usize]| {
-        let mut env = ConnectFour::new();
-        let mut obs = env.reset(None).0;
-        for &m in moves {
-            obs = env.step(m).unwrap().observation;
-        }
-        (env, obs)
-    };
+    let position = |moves: &[usize]| after_moves(ConnectFour::new(), moves);
     let (win, win_obs) = position(&[0, 0, 1, 1, 2, 6]);
     let (block, block_obs) = position(&[0, 0, 1, 1, 2]);
     let games: [&dyn Environment; 2] = [&win, &block];

@@ -350,14 +350,11 @@ pub fn exact_move_values(board: &Board) -> Option<Vec<(usize, f32)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::games::after_moves;
     use cumind_envs::{ConnectFour, Environment};
 
     fn board(moves: &[usize]) -> Board {
-        let mut env = ConnectFour::new();
-        let mut obs = env.reset(None).0;
-        for &m in moves {
-            obs = env.step(m).unwrap().observation;
-        }
+        let (_, obs) = after_moves(ConnectFour::new(), moves);
         Board::from_observation(&obs, &[3, 6, 7]).unwrap()
     }
 

@@ -1,7 +1,9 @@
-//! Random and hand-built game histories for replay, learner and checkpoint tests.
+//! Random and hand-built game histories for replay, learner and checkpoint tests, and
+//! positions of real games reached by a line of moves.
 
 use std::ops::Range;
 
+use cumind_envs::Environment;
 use rand::Rng;
 
 use crate::replay::{GameHistory, ReplayConfig};
@@ -109,6 +111,16 @@ impl RandomGame {
         game.finish(self.terminated, self.final_value);
         game
     }
+}
+
+/// `env` reset (no seed), then `moves` played in order (each must be legal and must not end
+/// the game early); returns `env` and the observation of the position reached.
+pub fn after_moves<E: Environment>(mut env: E, moves: &[usize]) -> (E, Vec<f32>) {
+    let mut observation = env.reset(None).0;
+    for &m in moves {
+        observation = env.step(m).expect("a legal move").observation;
+    }
+    (env, observation)
 }
 
 #[cfg(test)]

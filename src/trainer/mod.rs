@@ -40,7 +40,7 @@ use crate::network::{compute_dtype, MuZeroNetwork};
 use crate::replay::{reanalyse_policies, Batch, ReplayBuffer};
 use crate::search::Searcher;
 use crate::selfplay::{
-    evaluate_against, Actor, ActorPool, ActorPoolConfig, Evaluation, EvaluationRules,
+    evaluate_against, Actor, ActorPool, ActorPoolConfig, Evaluation, EvaluationRules, OpponentMove,
 };
 use crate::train::{Learner, TrainStats};
 
@@ -588,22 +588,18 @@ impl<'a> TrainingRun<'a> {
             (true, OpponentSpec::Random) | (false, _) => None,
             (true, spec) => Some(Opponent::new(spec, &candle_core::Device::Cpu)?),
         };
-        let has_opponent = opponent.is_some();
-        let mut choose = |env: &dyn cumind_envs::Environment,
-                          observation: &[f32],
-                          rng: &mut rand::rngs::StdRng| {
-            let opponent = opponent.as_mut().expect("called only with an opponent");
-            opponent
-                .choose(env, observation, rng)
-                .map_err(|e| crate::error_chain::error_chain(&e))
-        };
+        let mut choose = opponent.as_mut().map(|opponent| {
+            move |env: &dyn cumind_envs::Environment,
+                  observation: &[f32],
+                  rng: &mut rand::rngs::StdRng| {
+                opponent
+                    .choose(env, observation, rng)
+                    .map_err(|e| crate::error_chain::error_chain(&e))
+            }
+        });
         let rules = EvaluationRules {
             opening_plies: t.eval_opening_plies,
-            opponent: if has_opponent {
-                Some(&mut choose)
-            } else {
-                None
-            },
+            opponent: choose.as_mut().map(|c| c as &mut OpponentMove<'_>),
         };
         let eval = evaluate_against(
             self.learner.network(),
