@@ -6,6 +6,7 @@
 #   scripts/benchmark_gpu.sh                          # builds the GPU binary itself
 #   BIN=target/release/cumind scripts/benchmark_gpu.sh
 #   BEFORE=old/cumind BIN=new/cumind scripts/benchmark_gpu.sh   # before/after, same card
+#   ROUNDS=1 CARTPOLE=0 BEFORE=... BIN=... scripts/benchmark_gpu.sh  # shorter: one round, conv only
 #
 # With BEFORE (a second `cuda` binary, an older build), the script measures both binaries in
 # turn on the same GPU (old, new, old, new) and prints one before/after table per network:
@@ -128,12 +129,14 @@ if [ -n "${BEFORE:-}" ]; then
     --batch-sizes 256,1024,4096 --repetitions 5 --warmup 2)
   SMALL=(benchmark --device cuda --dtypes float32,bfloat16 --batch-sizes 1,256,1024
     --repetitions 10 --warmup 3)
-  for round in 1 2; do
+  for round in $(seq 1 "${ROUNDS:-2}"); do
     run "conv, before, round $round" "$OUT_DIR/conv_before_$round.json" "$BEFORE" "${CONV[@]}"
     run "conv, after, round $round" "$OUT_DIR/conv_after_$round.json" "$BIN" "${CONV[@]}"
   done
-  run "CartPole, before" "$OUT_DIR/small_before_1.json" "$BEFORE" "${SMALL[@]}"
-  run "CartPole, after" "$OUT_DIR/small_after_1.json" "$BIN" "${SMALL[@]}"
+  if [ "${CARTPOLE:-1}" != 0 ]; then
+    run "CartPole, before" "$OUT_DIR/small_before_1.json" "$BEFORE" "${SMALL[@]}"
+    run "CartPole, after" "$OUT_DIR/small_after_1.json" "$BIN" "${SMALL[@]}"
+  fi
   python3 scripts/before_after.py "$OUT_DIR" | tee "$OUT_DIR/before_after.md"
   exit 0
 fi

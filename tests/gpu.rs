@@ -361,6 +361,10 @@ fn the_implicit_convolution_matches_the_cpu() {
         (50, 64, 6, 7, 70, 3),
         (700, 71, 6, 7, 64, 3),
         (700, 64, 6, 7, 1, 1),
+        // A 5x5 kernel on a 10x10 board, and two tiles of filters.
+        (4, 20, 10, 10, 70, 5),
+        // Wider than the staging's halo: the gathering kernel.
+        (3, 8, 5, 40, 6, 5),
     ] {
         let x = random(&[b, c, h, w], 1);
         let weight = random(&[o, c, k, k], 2);
@@ -490,6 +494,94 @@ fn the_min_max_scale_kernel_matches_the_written_out_ops() {
                 error < tolerance,
                 "{rows}x{d} {dtype:?}: differs by {error}"
             );
+        }
+    }
+}
+
+/// The conv network's inference in bf16 on CUDA (the staged convolution, the norms fused with
+/// their ReLU and residual add, the fused min-max scaling) against the CPU in f32: the latents
+/// and every head after the representation and after a dynamics step, on Connect Four's board.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn conv_inference_in_bf16_matches_the_cpu() {
+    let mut spec = tiny_spec(vec![3, 6, 7], 7);
+    spec.conv_channels = 32;
+    spec.num_blocks = 2;
+    let cpu_net = MuZeroNetwork::new(spec.clone(), 21, &Device::Cpu, DType::F32).unwrap();
+    let tensors = cpu_net.params().to_tensors().unwrap();
+    let gpu_net = MuZeroNetwork::from_tensors(spec, tensors, &gpu(0), DType::BF16).unwrap();
+    let boards = 300;
+    let observations: Vec<f32> = (0..boards * 3 * 42)
+        .map(|i| f32::from((i * 7919) % 5 < 2))
+        .collect();
+    let actions: Vec<usize> = (0..boards).map(|i| (i * 3) % 7).collect();
+    let run = |net: &MuZeroNetwork| {
+        let net = net.inference_copy().unwrap();
+        let latent = net
+            .represent(&net.observation_tensor(&observations).unwrap())
+            .unwrap();
+        let (policy, value) = net.predict(&latent).unwrap();
+        let (next, reward) = net
+            .dynamics(&latent, &net.action_tensor(&actions).unwrap())
+            .unwrap();
+        let (next_policy, next_value) = net.predict(&next).unwrap();
+        [latent, policy, value, next, reward, next_policy, next_value].map(|t| values(&t))
+    };
+    let (cpu, cuda) = (run(&cpu_net), run(&gpu_net));
+    let names = [
+        "latent",
+        "policy",
+        "value",
+        "next latent",
+        "reward",
+        "next policy",
+        "next value",
+    ];
+    for ((name, c), g) in names.iter().zip(&cpu).zip(&cuda) {
+        assert!(g.iter().all(|v| v.is_finite()), "{name}: not finite");
+        let error = relative_l2(g, c);
+        assert!(
+            error < 5e-2,
+            "{name}: cuda bf16 and cpu f32 differ by {error}"
+        );
+    }
+}
+
+/// The norm fused with its residual add and ReLU (`fused::layer_norm_then_op`) on CUDA, f32
+/// and bf16, against the same op on the CPU in f32.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_layer_norm_then_kernel_matches_the_cpu() {
+    use cumind::network::fused::layer_norm_then_op;
+    let cuda = gpu(0);
+    for (rows, d, seed) in [(5, 3, 1), (37, 70, 2), (700, 2688, 3)] {
+        let x = uniform(&[rows, d], 2.0, seed);
+        let residual = uniform(&[rows, d], 2.0, seed + 5);
+        let gamma = uniform(&[d], 2.0, seed + 10);
+        let beta = uniform(&[d], 2.0, seed + 20);
+        for (with_residual, relu) in [(false, false), (false, true), (true, true)] {
+            let r = with_residual.then_some(&residual);
+            let reference = values(&layer_norm_then_op(&x, r, &gamma, &beta, 1e-5, relu).unwrap());
+            for (dtype, tolerance) in [(DType::F32, 1e-5), (DType::BF16, 1e-2)] {
+                let on_gpu = |t: &Tensor| t.to_device(&cuda).unwrap();
+                let input = on_gpu(&x).to_dtype(dtype).unwrap();
+                let res = on_gpu(&residual).to_dtype(dtype).unwrap();
+                let out = layer_norm_then_op(
+                    &input,
+                    with_residual.then_some(&res),
+                    &on_gpu(&gamma),
+                    &on_gpu(&beta),
+                    1e-5,
+                    relu,
+                )
+                .unwrap();
+                assert_eq!(out.dtype(), dtype);
+                let error = relative_l2(&values(&out), &reference);
+                assert!(
+                    error < tolerance,
+                    "{rows}x{d} {dtype:?} residual {with_residual} relu {relu}: differs by {error}"
+                );
+            }
         }
     }
 }

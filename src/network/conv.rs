@@ -3,7 +3,7 @@
 
 use candle_core::{DType, Tensor};
 
-use super::fused::{fusable, fused_kernels, layer_norm, relu};
+use super::fused::{fusable, fused_kernels, layer_norm, layer_norm_then, relu};
 use super::layers::{cast, min_max_scale, scale_and_shift, standardize, Head, Linear};
 use super::params::ParamBuilder;
 use super::{host_conv, unfold};
@@ -103,6 +103,44 @@ impl PlaneNorm {
     /// with the per-channel scale and shift spread over the board: one op where the written-out
     /// form issues about ten, each a pass over the whole batch (CUDA, and f32 on the CPU).
     pub fn forward_fused(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let (gamma, beta) = self.spread(x)?;
+        let out = layer_norm(&x.flatten_from(1)?, &gamma, &beta, 1e-5)?;
+        out.reshape(x.dims())
+    }
+
+    /// `relu?(residual? + norm(x))`: on CUDA with the fused kernels one op in inference
+    /// (`fused::layer_norm_then`); otherwise the norm, the add and the ReLU in turn.
+    pub fn forward_then(
+        &self,
+        x: &Tensor,
+        residual: Option<&Tensor>,
+        relu_after: bool,
+    ) -> candle_core::Result<Tensor> {
+        if x.device().is_cuda() && fused_kernels() {
+            let (gamma, beta) = self.spread(x)?;
+            let residual = residual.map(|r| r.flatten_from(1)).transpose()?;
+            let out = layer_norm_then(
+                &x.flatten_from(1)?,
+                residual.as_ref(),
+                &gamma,
+                &beta,
+                1e-5,
+                relu_after,
+            )?;
+            return out.reshape(x.dims());
+        }
+        let mut y = self.forward(x)?;
+        if let Some(r) = residual {
+            y = (r + y)?;
+        }
+        if relu_after {
+            y = relu(&y)?;
+        }
+        Ok(y)
+    }
+
+    /// The per-channel scale and shift spread over `x`'s board: `[C * H * W]` each.
+    fn spread(&self, x: &Tensor) -> candle_core::Result<(Tensor, Tensor)> {
         let (_, c, h, w) = x.dims4()?;
         let spread = |t: &Tensor| -> candle_core::Result<Tensor> {
             t.reshape((c, 1))?
@@ -110,13 +148,7 @@ impl PlaneNorm {
                 .contiguous()?
                 .flatten_all()
         };
-        let out = layer_norm(
-            &x.flatten_from(1)?,
-            &spread(&self.gamma)?,
-            &spread(&self.beta)?,
-            1e-5,
-        )?;
-        out.reshape(x.dims())
+        Ok((spread(&self.gamma)?, spread(&self.beta)?))
     }
 }
 
@@ -146,9 +178,11 @@ impl ResConvBlock {
     }
 
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let h = relu(&self.norm1.forward(&self.conv1.forward(x)?)?)?;
-        let h = self.norm2.forward(&self.conv2.forward(&h)?)?;
-        relu(&(x + h)?)
+        let h = self
+            .norm1
+            .forward_then(&self.conv1.forward(x)?, None, true)?;
+        self.norm2
+            .forward_then(&self.conv2.forward(&h)?, Some(x), true)
     }
 }
 
@@ -183,7 +217,9 @@ impl ConvTrunk {
     }
 
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let mut h = relu(&self.norm.forward(&self.input.forward(x)?)?)?;
+        let mut h = self
+            .norm
+            .forward_then(&self.input.forward(x)?, None, true)?;
         for block in &self.blocks {
             h = block.forward(&h)?;
         }

@@ -196,6 +196,141 @@ pub(crate) fn layer_norm_op(
         .apply_op3(gamma, beta, LayerNorm { eps: eps as f32 })
 }
 
+/// `relu?(residual? + layer_norm(x))`: what a residual block does after its norms. In
+/// inference on CUDA (no tensor tracks a gradient) one kernel does it all; otherwise the
+/// norm, the add and the ReLU run one after the other.
+pub fn layer_norm_then(
+    x: &Tensor,
+    residual: Option<&Tensor>,
+    gamma: &Tensor,
+    beta: &Tensor,
+    eps: f64,
+    relu_after: bool,
+) -> candle_core::Result<Tensor> {
+    let inference = !x.track_op()
+        && !gamma.track_op()
+        && !beta.track_op()
+        && residual.is_none_or(|r| !r.track_op());
+    if inference
+        && x.device().is_cuda()
+        && fusable_elementwise(&[x])
+        && fusable(&[gamma, beta])
+        && residual.is_none_or(|r| r.dtype() == x.dtype() && r.dims() == x.dims())
+    {
+        return layer_norm_then_op(x, residual, gamma, beta, eps, relu_after);
+    }
+    let mut y = layer_norm(x, gamma, beta, eps)?;
+    if let Some(r) = residual {
+        y = (r + y)?;
+    }
+    if relu_after {
+        y = relu(&y)?;
+    }
+    Ok(y)
+}
+
+/// The one-kernel form of [`layer_norm_then`], whatever the device (on the CPU a plain loop,
+/// the reference of the CUDA kernel's test); no backward pass.
+pub fn layer_norm_then_op(
+    x: &Tensor,
+    residual: Option<&Tensor>,
+    gamma: &Tensor,
+    beta: &Tensor,
+    eps: f64,
+    relu_after: bool,
+) -> candle_core::Result<Tensor> {
+    let op = LayerNormThen {
+        residual: residual.map(Tensor::contiguous).transpose()?,
+        eps: eps as f32,
+        relu: relu_after,
+    };
+    x.contiguous()?.apply_op3_no_bwd(gamma, beta, &op)
+}
+
+struct LayerNormThen {
+    residual: Option<Tensor>,
+    eps: f32,
+    relu: bool,
+}
+
+impl CustomOp3 for LayerNormThen {
+    fn name(&self) -> &'static str {
+        "cumind-layer-norm-then"
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let residual = self.residual.as_ref().map(Tensor::storage_and_layout);
+        let residual = match &residual {
+            Some((storage, layout)) => match &**storage {
+                candle_core::Storage::Cuda(s) => Some((s, *layout)),
+                _ => candle_core::bail!("layer norm: the residual is not on the GPU"),
+            },
+            None => None,
+        };
+        super::fused_cuda::layer_norm_act(
+            (s1, l1),
+            residual,
+            (s2, l2),
+            (s3, l3),
+            self.eps,
+            self.relu,
+        )
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (x, gamma, beta) = (widened(s1, l1)?, elements(s2, l2)?, elements(s3, l3)?);
+        let d = last_dim(l1)?;
+        if gamma.len() != d || beta.len() != d {
+            candle_core::bail!(
+                "layer norm: scale/shift of {} for {d} features",
+                gamma.len()
+            );
+        }
+        let mut out = vec![0f32; x.len()];
+        layer_norm_rows(&x, gamma, beta, self.eps, &mut out);
+        if let Some(r) = &self.residual {
+            let (storage, layout) = r.storage_and_layout();
+            let candle_core::Storage::Cpu(storage) = &*storage else {
+                candle_core::bail!("layer norm: the residual is not on the CPU");
+            };
+            let r = widened(storage, layout)?;
+            if r.len() != out.len() {
+                candle_core::bail!(
+                    "layer norm: a residual of {} values for {}",
+                    r.len(),
+                    out.len()
+                );
+            }
+            for (o, r) in out.iter_mut().zip(r.iter()) {
+                *o += r;
+            }
+        }
+        if self.relu {
+            for o in &mut out {
+                *o = o.max(0.0);
+            }
+        }
+        Ok((narrowed(out, s1), l1.shape().clone()))
+    }
+}
+
 /// `sum(a_i * b_i)`, accumulated in eight lanes so that the compiler vectorises it (a plain
 /// f32 sum is a serial chain it may not reorder).
 fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -866,6 +1001,38 @@ mod tests {
         for (i, what) in ["output", "dx", "dgamma", "dbeta"].iter().enumerate() {
             close(&got[i], &want[i], 1e-4, what);
         }
+    }
+
+    /// The one-kernel norm, add and ReLU (the CUDA kernel's CPU reference) equals the three
+    /// written-out steps, for each combination of a residual and a ReLU; and `layer_norm_then`
+    /// on the CPU is those steps.
+    #[test]
+    fn the_norm_then_add_and_relu_equals_the_steps_written_out() {
+        let x = uniform(&[9, 20], 3.0, 31);
+        let residual = uniform(&[9, 20], 2.0, 32);
+        let gamma = (uniform(&[20], 0.5, 33) + 1.0).unwrap();
+        let beta = uniform(&[20], 0.5, 34);
+        for (with_residual, relu_after) in
+            [(false, false), (false, true), (true, false), (true, true)]
+        {
+            let r = with_residual.then_some(&residual);
+            let mut want = layer_norm_op(&x, &gamma, &beta, 1e-5).unwrap();
+            if with_residual {
+                want = (&residual + want).unwrap();
+            }
+            if relu_after {
+                want = want.relu().unwrap();
+            }
+            let got = layer_norm_then_op(&x, r, &gamma, &beta, 1e-5, relu_after).unwrap();
+            close(&got, &want, 1e-6, "one op");
+            let steps = layer_norm_then(&x, r, &gamma, &beta, 1e-5, relu_after).unwrap();
+            close(&steps, &want, 0.0, "the CPU's steps");
+        }
+        // The ReLU and the residual change the values here: the cases are not all one.
+        let plain = layer_norm_then_op(&x, None, &gamma, &beta, 1e-5, false).unwrap();
+        let both = layer_norm_then_op(&x, Some(&residual), &gamma, &beta, 1e-5, true).unwrap();
+        let differ = (plain - both).unwrap().abs().unwrap().max_all().unwrap();
+        assert!(differ.to_scalar::<f32>().unwrap() > 0.5);
     }
 
     #[test]

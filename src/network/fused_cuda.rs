@@ -139,6 +139,83 @@ fn layer_norm_of<T: CudaDType + DeviceRepr>(
     Ok((storage(out, dev), x.1.shape().clone()))
 }
 
+/// `relu?(residual? + layer_norm(x))` in one kernel (inference): `x` and `residual` of one
+/// shape and dtype (f32 or bf16), `gamma` and `beta` f32.
+pub fn layer_norm_act(
+    x: (&CudaStorage, &Layout),
+    residual: Option<(&CudaStorage, &Layout)>,
+    gamma: (&CudaStorage, &Layout),
+    beta: (&CudaStorage, &Layout),
+    eps: f32,
+    relu: bool,
+) -> Result<(CudaStorage, Shape)> {
+    if let Some(r) = residual {
+        if r.1.shape() != x.1.shape() || r.0.dtype() != x.0.dtype() {
+            candle_core::bail!(
+                "layer norm: a residual of {:?} {:?} for an input of {:?} {:?}",
+                r.1.dims(),
+                r.0.dtype(),
+                x.1.dims(),
+                x.0.dtype()
+            );
+        }
+    }
+    match x.0.dtype() {
+        DType::F32 => layer_norm_act_of::<f32>(x, residual, gamma, beta, eps, relu, "f32"),
+        DType::BF16 => layer_norm_act_of::<bf16>(x, residual, gamma, beta, eps, relu, "bf16"),
+        other => Err(no_kernel("layer norm", other)),
+    }
+}
+
+fn layer_norm_act_of<T: CudaDType + DeviceRepr>(
+    x: (&CudaStorage, &Layout),
+    residual: Option<(&CudaStorage, &Layout)>,
+    gamma: (&CudaStorage, &Layout),
+    beta: (&CudaStorage, &Layout),
+    eps: f32,
+    relu: bool,
+    dtype: &str,
+) -> Result<(CudaStorage, Shape)> {
+    let dev = &x.0.device;
+    let (rows, d) = rows_and_width(x.1)?;
+    let (xv, gv, bv) = (
+        view::<T>(x.0, x.1)?,
+        view::<f32>(gamma.0, gamma.1)?,
+        view::<f32>(beta.0, beta.1)?,
+    );
+    if gv.len() != d || bv.len() != d {
+        candle_core::bail!("layer norm: scale/shift of {} for {d} features", gv.len());
+    }
+    // Without a residual the kernel is handed x in its place and never reads it.
+    let rv = match residual {
+        Some(r) => view::<T>(r.0, r.1)?,
+        None => view::<T>(x.0, x.1)?,
+    };
+    let out = output::<T>(dev, rows * d)?;
+    // bf16 rows of a multiple of 8 at 16-byte aligned offsets take the vector kernel.
+    let aligned = |layout: &Layout, align: usize| layout.start_offset().is_multiple_of(align);
+    let vector = dtype == "bf16"
+        && d.is_multiple_of(8)
+        && aligned(x.1, 8)
+        && residual.is_none_or(|r| aligned(r.1, 8))
+        && aligned(gamma.1, 4)
+        && aligned(beta.1, 4);
+    let kernel = if vector {
+        "cumind_layer_norm_act_bf16x8".to_string()
+    } else {
+        format!("cumind_layer_norm_act_{dtype}")
+    };
+    let func = dev.get_or_load_custom_func(&kernel, MODULE, ptx::FUSED_KERNELS)?;
+    let mut b = func.builder();
+    b.arg(&xv).arg(&rv).arg(&gv).arg(&bv).arg(&out);
+    let (rows_i, d_i) = (rows as i32, d as i32);
+    let (add_i, relu_i) = (i32::from(residual.is_some()), i32::from(relu));
+    b.arg(&rows_i).arg(&d_i).arg(&eps).arg(&add_i).arg(&relu_i);
+    // SAFETY: the argument list matches the kernel's signature.
+    unsafe { b.launch(row_launch(rows)) }.w()?;
+    Ok((storage(out, dev), x.1.shape().clone()))
+}
+
 /// The layer norm's backward: `[dx (rows * d), dgamma (d), dbeta (d)]` packed in one f32
 /// vector (`dy` and `x` f32 or bf16, `gamma` f32).
 pub fn layer_norm_backward(
@@ -490,6 +567,11 @@ pub fn col2im(
 const CONV_BM: u32 = 128;
 const CONV_BN: u32 = 64;
 const CONV_THREADS: u32 = 256;
+/// The staged convolution's widest halo, its channels per step and its positions per block
+/// (`ST_HALO`, `ST_BK`, `ST_BM`; its filters per block and threads are the implicit one's).
+const STAGED_HALO: i32 = 64;
+const STAGED_BK: i32 = 32;
+const STAGED_BM: u32 = 128;
 
 /// Whether the PTX was built for a compute capability with bf16 tensor-core instructions
 /// (8.0 on), and the device has them: else the implicit convolution is not launched.
@@ -509,7 +591,10 @@ pub fn implicit_conv_available(dev: &CudaDevice) -> bool {
 
 /// A "same" k x k convolution with stride 1 as one implicit-GEMM kernel on the tensor cores:
 /// `x` `[B, C, H, W]`, `filters` `[O, C * k * k]` and `bias` `[O]`, all bf16 and contiguous
-/// -> `[B, O, H, W]` bf16 (sums in f32). k is 1, 3 or 5.
+/// -> `[B, O, H, W]` bf16 (sums in f32). k is 1, 3 or 5. Boards whose halo fits the staging
+/// (up to 62 cells wide for a 3x3 kernel, 29 for a 5x5) run the staged kernel
+/// (`cumind_conv_staged_k*`, after the filters are rearranged tap by tap); wider ones the
+/// gathering kernel.
 pub fn conv_implicit(
     x: (&CudaStorage, &Layout),
     filters: (&CudaStorage, &Layout),
@@ -557,27 +642,88 @@ pub fn conv_implicit(
         view::<bf16>(bias.0, bias.1)?,
     );
     let out = output::<bf16>(dev, out_len)?;
-    let func = dev.get_or_load_custom_func(
-        &format!("cumind_conv_implicit_k{k}_bf16"),
-        MODULE,
-        ptx::FUSED_KERNELS,
-    )?;
-    let mut builder = func.builder();
-    let (positions_i, o_i) = (positions as i32, o as i32);
-    builder.arg(&xv).arg(&fv).arg(&bv).arg(&out);
-    builder.arg(&positions_i).arg(&c).arg(&h).arg(&w).arg(&o_i);
-    let config = LaunchConfig {
-        grid_dim: (
-            (positions as u32).div_ceil(CONV_BM),
-            (o as u32).div_ceil(CONV_BN),
-            1,
-        ),
-        block_dim: (CONV_THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    // SAFETY: the argument list matches the kernel's signature; every output element is
-    // written (each position and filter of the grid's tiles, bounds checked in the kernel).
-    unsafe { builder.launch(config) }.w()?;
+    let pad = k / 2;
+    let halo = pad * (w + pad) + pad;
+    let flat = b * ((h + pad) * (w + pad)) as usize;
+    if halo <= STAGED_HALO && flat <= i32::MAX as usize {
+        // The staged kernel, on filters rearranged tap by tap with the channels padded.
+        let cpad = (c + STAGED_BK - 1) / STAGED_BK * STAGED_BK;
+        let taps = k * k;
+        let by_tap_len = o * (taps * cpad) as usize;
+        let by_tap = output::<bf16>(dev, by_tap_len)?;
+        let func = dev.get_or_load_custom_func(
+            "cumind_conv_filters_by_tap_bf16",
+            MODULE,
+            ptx::FUSED_KERNELS,
+        )?;
+        let mut builder = func.builder();
+        let o_i = o as i32;
+        builder
+            .arg(&fv)
+            .arg(&by_tap)
+            .arg(&o_i)
+            .arg(&c)
+            .arg(&taps)
+            .arg(&cpad);
+        let config = LaunchConfig {
+            grid_dim: ((by_tap_len as u32).div_ceil(ELEMENTWISE_BLOCK), 1, 1),
+            block_dim: (ELEMENTWISE_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the argument list matches the kernel's signature; one thread per entry of
+        // `by_tap`, each written.
+        unsafe { builder.launch(config) }.w()?;
+        let func = dev.get_or_load_custom_func(
+            &format!("cumind_conv_staged_k{k}_bf16"),
+            MODULE,
+            ptx::FUSED_KERNELS,
+        )?;
+        let mut builder = func.builder();
+        let boards = b as i32;
+        builder.arg(&xv).arg(&by_tap).arg(&bv).arg(&out);
+        builder
+            .arg(&boards)
+            .arg(&c)
+            .arg(&cpad)
+            .arg(&h)
+            .arg(&w)
+            .arg(&o_i);
+        let config = LaunchConfig {
+            grid_dim: (
+                (flat as u32).div_ceil(STAGED_BM),
+                (o as u32).div_ceil(CONV_BN),
+                1,
+            ),
+            block_dim: (CONV_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the argument list matches the kernel's signature; every cell of every board
+        // is a flat position of one block's tile and is written for every filter (padding
+        // positions are skipped); the halo fits the staging (checked above).
+        unsafe { builder.launch(config) }.w()?;
+    } else {
+        let func = dev.get_or_load_custom_func(
+            &format!("cumind_conv_implicit_k{k}_bf16"),
+            MODULE,
+            ptx::FUSED_KERNELS,
+        )?;
+        let mut builder = func.builder();
+        let (positions_i, o_i) = (positions as i32, o as i32);
+        builder.arg(&xv).arg(&fv).arg(&bv).arg(&out);
+        builder.arg(&positions_i).arg(&c).arg(&h).arg(&w).arg(&o_i);
+        let config = LaunchConfig {
+            grid_dim: (
+                (positions as u32).div_ceil(CONV_BM),
+                (o as u32).div_ceil(CONV_BN),
+                1,
+            ),
+            block_dim: (CONV_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the argument list matches the kernel's signature; every output element is
+        // written (each position and filter of the grid's tiles, bounds checked in the kernel).
+        unsafe { builder.launch(config) }.w()?;
+    }
     Ok((
         storage(out, dev),
         Shape::from((b, o, h as usize, w as usize)),

@@ -94,6 +94,123 @@ extern "C" __global__ void cumind_layer_norm_bf16(const __nv_bfloat16 *x, const 
     layer_norm<__nv_bfloat16>(x, gamma, beta, out, rows, d, eps);
 }
 
+// The layer norm followed by what a residual network does next, for inference: out =
+// relu?(residual? + layer_norm(x)), one pass where the written-out form is two or three (the
+// norm, the add, the ReLU), each over the whole batch. residual is read only when
+// add_residual is set (then it has x's shape); the sum and the ReLU are taken in f32 and the
+// result rounded once.
+template <typename T>
+__device__ void layer_norm_act(const T *x, const T *residual, const float *gamma,
+                               const float *beta, T *out, int rows, int d, float eps,
+                               int add_residual, int relu) {
+    const int row = blockIdx.x * blockDim.y + threadIdx.y;
+    if (row >= rows) {
+        return;
+    }
+    const T *xr = x + (size_t)row * d;
+    const T *rr = residual + (size_t)row * d;
+    T *o = out + (size_t)row * d;
+    float mean, rstd;
+    row_statistics(xr, d, eps, &mean, &rstd);
+    for (int i = threadIdx.x; i < d; i += WARP) {
+        float v = (widen(xr[i]) - mean) * rstd * gamma[i] + beta[i];
+        if (add_residual) {
+            v += widen(rr[i]);
+        }
+        if (relu) {
+            v = fmaxf(v, 0.0f);
+        }
+        o[i] = narrow<T>(v);
+    }
+}
+
+extern "C" __global__ void cumind_layer_norm_act_f32(const float *x, const float *residual,
+                                                     const float *gamma, const float *beta,
+                                                     float *out, int rows, int d, float eps,
+                                                     int add_residual, int relu) {
+    layer_norm_act<float>(x, residual, gamma, beta, out, rows, d, eps, add_residual, relu);
+}
+extern "C" __global__ void cumind_layer_norm_act_bf16(const __nv_bfloat16 *x,
+                                                      const __nv_bfloat16 *residual,
+                                                      const float *gamma, const float *beta,
+                                                      __nv_bfloat16 *out, int rows, int d,
+                                                      float eps, int add_residual, int relu) {
+    layer_norm_act<__nv_bfloat16>(x, residual, gamma, beta, out, rows, d, eps, add_residual,
+                                  relu);
+}
+
+// The same in bf16 with 16-byte loads and stores (8 values a lane at a time), for rows whose
+// length is a multiple of 8 and whose pointers (x, residual, out, gamma, beta) are 16-byte
+// aligned: the scalar loads above move 64 bytes per warp instruction, these 512.
+__device__ __forceinline__ void unpack8(uint4 u, float *v) {
+    const __nv_bfloat162 *p = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const float2 f = __bfloat1622float2(p[j]);
+        v[2 * j] = f.x;
+        v[2 * j + 1] = f.y;
+    }
+}
+
+extern "C" __global__ void cumind_layer_norm_act_bf16x8(const __nv_bfloat16 *x,
+                                                        const __nv_bfloat16 *residual,
+                                                        const float *gamma, const float *beta,
+                                                        __nv_bfloat16 *out, int rows, int d,
+                                                        float eps, int add_residual, int relu) {
+    const int row = blockIdx.x * blockDim.y + threadIdx.y;
+    if (row >= rows) {
+        return;
+    }
+    const int n8 = d / 8;
+    const uint4 *xr = reinterpret_cast<const uint4 *>(x + (size_t)row * d);
+    const uint4 *rr = reinterpret_cast<const uint4 *>(residual + (size_t)row * d);
+    uint4 *o = reinterpret_cast<uint4 *>(out + (size_t)row * d);
+    const float4 *g4 = reinterpret_cast<const float4 *>(gamma);
+    const float4 *b4 = reinterpret_cast<const float4 *>(beta);
+    float v[8];
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < n8; i += WARP) {
+        unpack8(xr[i], v);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) s += v[j];
+    }
+    const float mean = warp_sum(s) / (float)d;
+    float q = 0.0f;
+    for (int i = threadIdx.x; i < n8; i += WARP) {
+        unpack8(xr[i], v);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) q += (v[j] - mean) * (v[j] - mean);
+    }
+    const float rstd = 1.0f / sqrtf(warp_sum(q) / (float)d + eps);
+    for (int i = threadIdx.x; i < n8; i += WARP) {
+        unpack8(xr[i], v);
+        float r[8];
+        if (add_residual) {
+            unpack8(rr[i], r);
+        }
+        const float4 ga = g4[2 * i], gb = g4[2 * i + 1], ba = b4[2 * i], bb = b4[2 * i + 1];
+        const float g[8] = {ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w};
+        const float b[8] = {ba.x, ba.y, ba.z, ba.w, bb.x, bb.y, bb.z, bb.w};
+        uint4 packed;
+        __nv_bfloat162 *p = reinterpret_cast<__nv_bfloat162 *>(&packed);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            float lo = (v[2 * j] - mean) * rstd * g[2 * j] + b[2 * j];
+            float hi = (v[2 * j + 1] - mean) * rstd * g[2 * j + 1] + b[2 * j + 1];
+            if (add_residual) {
+                lo += r[2 * j];
+                hi += r[2 * j + 1];
+            }
+            if (relu) {
+                lo = fmaxf(lo, 0.0f);
+                hi = fmaxf(hi, 0.0f);
+            }
+            p[j] = __floats2bfloat162_rn(lo, hi);
+        }
+        o[i] = packed;
+    }
+}
+
 // The input gradient of the layer norm, per row: with g = dy * gamma and xhat the
 // standardised row, dx = rstd * (g - mean(g) - xhat * mean(g * xhat)). Writes each row's mean
 // and rstd to stats[2 * row], stats[2 * row + 1] for the column kernel below. dy and x f32 or
@@ -702,6 +819,220 @@ __device__ void conv_implicit(const __nv_bfloat16 *__restrict__ src,
 CONV_IMPLICIT(1)
 CONV_IMPLICIT(3)
 CONV_IMPLICIT(5)
+
+// ---------------------------------------------------------------------------------------------
+// The same convolution with the boards staged in shared memory (network::unfold's bf16 path for
+// boards up to 62 cells wide with a 3x3 kernel, 29 with a 5x5).
+//
+// The positions are laid out as one tall padded image: every board gets PAD = K / 2 zero rows
+// above it and PAD zero columns to its right, so board b's cell (y, x) sits at the flat index
+// q = (b * (h + PAD) + PAD + y) * (w + PAD) + x. In that layout a tap (dy, dx) of every
+// position is one fixed shift of q, dy * (w + PAD) + dx: a neighbour past the left edge lands
+// in the previous row's padding, one past the right edge in this row's, one above the board
+// in its padding rows and one below it in the next board's (or past the last board, where
+// the staging writes zeros). So a block stages the ST_BM flat positions it computes, with
+// HALO = PAD * (w + PAD) + PAD more on either side, once per 32 channels (channels innermost,
+// 16-byte shared stores), and every tap's operand A is the same staged tile read from a
+// shifted row: a regular matrix for the WMMA loads, with no bounds checks or address
+// arithmetic inside the reduction. The price is the padding positions, computed and
+// discarded (56 flat positions for the 42 cells of a 6x7 board). The filters, rearranged so
+// that each filter's 32 channels of a tap are 64 contiguous bytes, are loaded one tap ahead
+// into registers (one 16-byte load a thread) while the tensor cores work on the current tap.
+// Products in bf16, sums in f32, the bias added and the result rounded once, NCHW in and out,
+// as above. On an H200 at batch 4,096 of Connect Four boards (64 channels) it takes about 140
+// us where the gathering kernel above takes 187 (docs/benchmarks.md); variants with deeper
+// pipelines (16 channels a stage, the filters copied asynchronously two taps ahead) measured
+// slower: the loop is bound by issuing instructions (the WMMA loads' address arithmetic), not
+// by memory.
+
+#define ST_BM 128
+#define ST_BN 64
+#define ST_BK 32
+#define ST_THREADS 256
+// The widest halo the staging has room for (the host launches the kernel above otherwise).
+#define ST_HALO 64
+#define ST_ROWS (ST_BM + 2 * ST_HALO)
+// A staged row: 32 channels and 16 bf16 of padding, 96 bytes, so that every row a WMMA load
+// starts at is 32-byte aligned.
+#define ST_LDA 48
+// The tap's filters, column-major ([n][k]), and the result ([n][m]).
+#define ST_LDB (ST_BK + 8)
+#define ST_LDC (ST_BM + 4)
+#define ST_A_BYTES (ST_ROWS * ST_LDA * 2)
+#define ST_B_BYTES (ST_BN * ST_LDB * 2)
+#define ST_C_BYTES (ST_BN * ST_LDC * 4)
+#define ST_SMEM_BYTES \
+    (ST_A_BYTES + ST_B_BYTES > ST_C_BYTES ? ST_A_BYTES + ST_B_BYTES : ST_C_BYTES)
+
+// Where flat position q of the padded image is in src (the offset of its channel 0), or -1
+// for padding and positions past the last board.
+__device__ __forceinline__ int staged_source(int q, int flat, int per_board, int w2, int pad,
+                                             int c, int h, int w, int *y, int *x) {
+    if (q < 0 || q >= flat) {
+        return -1;
+    }
+    const int b = q / per_board;
+    const int r = q - b * per_board;
+    const int row = r / w2;
+    *x = r - row * w2;
+    *y = row - pad;
+    if (*y < 0 || *x >= w) {
+        return -1;
+    }
+    return (b * c * h + *y) * w + *x;
+}
+
+// The filters rearranged for the staged kernel: out[(n * taps + tap) * cpad + ci] =
+// wt[(n * c + ci) * taps + tap], zero for ci >= c (cpad a multiple of ST_BK), so that the 32
+// channels of one filter and tap are 64 contiguous bytes. One thread per entry of out.
+extern "C" __global__ void cumind_conv_filters_by_tap_bf16(const __nv_bfloat16 *wt,
+                                                           __nv_bfloat16 *out, int o, int c,
+                                                           int taps, int cpad) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)o * taps * cpad) {
+        return;
+    }
+    const int ci = (int)(i % cpad);
+    const size_t nt = i / cpad;
+    const int tap = (int)(nt % taps);
+    const int n = (int)(nt / taps);
+    out[i] = ci < c ? wt[((size_t)n * c + ci) * taps + tap] : __float2bfloat16(0.0f);
+}
+
+// This thread's 8 filter entries of (ci0, tap) from the rearranged filters: filter n0 + tid / 4,
+// channels ci0 + 8 (tid % 4) ... + 7, one 16-byte load (zeros past the last filter).
+__device__ __forceinline__ uint4 staged_load_b(const __nv_bfloat16 *__restrict__ wt, int ci0,
+                                               int cpad, int taps, int tap, int n0, int o) {
+    const int n = n0 + threadIdx.x / 4;
+    if (n >= o) {
+        return make_uint4(0, 0, 0, 0);
+    }
+    return *reinterpret_cast<const uint4 *>(wt + ((size_t)n * taps + tap) * cpad + ci0 +
+                                            8 * (threadIdx.x % 4));
+}
+
+template <int K>
+__device__ void conv_staged(const __nv_bfloat16 *__restrict__ src,
+                            const __nv_bfloat16 *__restrict__ wt,
+                            const __nv_bfloat16 *__restrict__ bias, __nv_bfloat16 *__restrict__ out,
+                            int boards, int c, int cpad, int h, int w, int o) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    using namespace nvcuda;
+    constexpr int PAD = K / 2;
+    constexpr int TAPS = K * K;
+    __shared__ __align__(128) unsigned char smem[ST_SMEM_BYTES];
+    __nv_bfloat16 *as = reinterpret_cast<__nv_bfloat16 *>(smem);
+    __nv_bfloat16 *bs = reinterpret_cast<__nv_bfloat16 *>(smem + ST_A_BYTES);
+    float *cs = reinterpret_cast<float *>(smem);
+    const int tid = threadIdx.x;
+    const int warp = tid / WARP;
+    const int wm = warp / 2, wn = warp % 2;
+    const int w2 = w + PAD;
+    const int per_board = (h + PAD) * w2;
+    const int flat = boards * per_board;
+    const int halo = PAD * w2 + PAD;
+    const int rows = ST_BM + 2 * halo;
+    const int hw = h * w;
+    const int m0 = blockIdx.x * ST_BM;
+    const int n0 = blockIdx.y * ST_BN;
+
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+
+    // Steps: every 32 channels (a new staging of the rows), and within them every tap.
+    const int chunks = cpad / ST_BK;
+    uint4 rb = staged_load_b(wt, 0, cpad, TAPS, 0, n0, o);
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+        const int ci0 = chunk * ST_BK;
+        // Stage rows m0 - halo ... m0 + ST_BM + halo of channels ci0 ... ci0 + 31: a thread
+        // takes one row and 8 channels (consecutive threads, consecutive rows: the global
+        // loads of one channel are coalesced) and stores them as one 16-byte word.
+        for (int task = tid; task < rows * (ST_BK / 8); task += ST_THREADS) {
+            const int r = task % rows;
+            const int g = task / rows;
+            int y, x;
+            const int at = staged_source(m0 - halo + r, flat, per_board, w2, PAD, c, h, w, &y, &x);
+            union {
+                uint4 word;
+                __nv_bfloat16 entry[8];
+            } v;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const int ci = ci0 + 8 * g + j;
+                v.entry[j] = (at >= 0 && ci < c) ? src[at + ci * hw] : __float2bfloat16(0.0f);
+            }
+            *reinterpret_cast<uint4 *>(as + r * ST_LDA + 8 * g) = v.word;
+        }
+        for (int tap = 0; tap < TAPS; ++tap) {
+            *reinterpret_cast<uint4 *>(bs + (tid / 4) * ST_LDB + 8 * (tid % 4)) = rb;
+            __syncthreads();
+            // The next tap's filters (or the next chunk's first) while this one multiplies.
+            if (tap + 1 < TAPS) {
+                rb = staged_load_b(wt, ci0, cpad, TAPS, tap + 1, n0, o);
+            } else if (chunk + 1 < chunks) {
+                rb = staged_load_b(wt, ci0 + ST_BK, cpad, TAPS, 0, n0, o);
+            }
+            const int ky = tap / K;
+            const int kx = tap - ky * K;
+            const int row0 = halo + (ky - PAD) * w2 + (kx - PAD) + wm * 32;
+#pragma unroll
+            for (int ks = 0; ks < ST_BK; ks += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb[2];
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+                    wmma::load_matrix_sync(fa[i], as + (row0 + i * 16) * ST_LDA + ks, ST_LDA);
+#pragma unroll
+                for (int j = 0; j < 2; ++j)
+                    wmma::load_matrix_sync(fb[j], bs + (wn * 32 + j * 16) * ST_LDB + ks, ST_LDB);
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+#pragma unroll
+                    for (int j = 0; j < 2; ++j)
+                        wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+            }
+            __syncthreads();
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+            wmma::store_matrix_sync(cs + (wn * 32 + j * 16) * ST_LDC + wm * 32 + i * 16,
+                                    acc[i][j], ST_LDC, wmma::mem_col_major);
+    __syncthreads();
+    // Bias and the NCHW store: thread t writes position t % 128 of filters t / 128, + 2, ...
+    const int cm = tid % ST_BM;
+    int y, x;
+    const int at = staged_source(m0 + cm, flat, per_board, w2, PAD, c, h, w, &y, &x);
+    if (at >= 0) {
+        const int b = (m0 + cm) / per_board;
+        for (int n = tid / ST_BM; n < ST_BN; n += ST_THREADS / ST_BM) {
+            const int f = n0 + n;
+            if (f < o) {
+                out[(((size_t)b * o + f) * h + y) * w + x] =
+                    __float2bfloat16(cs[n * ST_LDC + cm] + __bfloat162float(bias[f]));
+            }
+        }
+    }
+#else
+    __trap();
+#endif
+}
+
+#define CONV_STAGED(K)                                                                         \
+    extern "C" __global__ void __launch_bounds__(ST_THREADS, 2)                                 \
+        cumind_conv_staged_k##K##_bf16(const __nv_bfloat16 *src, const __nv_bfloat16 *wt,       \
+                                        const __nv_bfloat16 *bias, __nv_bfloat16 *out,          \
+                                        int boards, int c, int cpad, int h, int w, int o) {     \
+        conv_staged<K>(src, wt, bias, out, boards, c, cpad, h, w, o);                          \
+    }
+CONV_STAGED(1)
+CONV_STAGED(3)
+CONV_STAGED(5)
 
 // Min-max scaling of each row of d values to [0, 1]: (x - min) / (max - min + 1e-5), one warp
 // per row, in f32 (bf16 rows rounded once at the end). The latent states' normalisation, as
