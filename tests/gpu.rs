@@ -548,20 +548,27 @@ fn conv_inference_in_bf16_matches_the_cpu() {
 }
 
 /// The norm fused with its residual add and ReLU (`fused::layer_norm_then_op`) on CUDA, f32
-/// and bf16, against the same op on the CPU in f32.
+/// and bf16, against the same op on the CPU in f32: a scale and shift per feature, and per
+/// channel of a board (groups of 42, which the bf16 kernel's 8-value words straddle).
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn the_layer_norm_then_kernel_matches_the_cpu() {
     use cumind::network::fused::layer_norm_then_op;
     let cuda = gpu(0);
-    for (rows, d, seed) in [(5, 3, 1), (37, 70, 2), (700, 2688, 3)] {
+    for (rows, d, group, seed) in [
+        (5, 3, 1, 1),
+        (37, 70, 1, 2),
+        (37, 70, 7, 3),
+        (700, 2688, 42, 4),
+    ] {
         let x = uniform(&[rows, d], 2.0, seed);
         let residual = uniform(&[rows, d], 2.0, seed + 5);
-        let gamma = uniform(&[d], 2.0, seed + 10);
-        let beta = uniform(&[d], 2.0, seed + 20);
+        let gamma = uniform(&[d / group], 2.0, seed + 10);
+        let beta = uniform(&[d / group], 2.0, seed + 20);
         for (with_residual, relu) in [(false, false), (false, true), (true, true)] {
             let r = with_residual.then_some(&residual);
-            let reference = values(&layer_norm_then_op(&x, r, &gamma, &beta, 1e-5, relu).unwrap());
+            let reference =
+                values(&layer_norm_then_op(&x, r, &gamma, &beta, group, 1e-5, relu).unwrap());
             for (dtype, tolerance) in [(DType::F32, 1e-5), (DType::BF16, 1e-2)] {
                 let on_gpu = |t: &Tensor| t.to_device(&cuda).unwrap();
                 let input = on_gpu(&x).to_dtype(dtype).unwrap();
@@ -571,6 +578,7 @@ fn the_layer_norm_then_kernel_matches_the_cpu() {
                     with_residual.then_some(&res),
                     &on_gpu(&gamma),
                     &on_gpu(&beta),
+                    group,
                     1e-5,
                     relu,
                 )
@@ -579,9 +587,35 @@ fn the_layer_norm_then_kernel_matches_the_cpu() {
                 let error = relative_l2(&values(&out), &reference);
                 assert!(
                     error < tolerance,
-                    "{rows}x{d} {dtype:?} residual {with_residual} relu {relu}: differs by {error}"
+                    "{rows}x{d} in groups of {group}, {dtype:?}, residual {with_residual}, relu {relu}: differs by {error}"
                 );
             }
         }
+    }
+}
+
+/// The search's row gather (`fused::gather_rows`) on CUDA against index_select on the CPU: rows
+/// copied in 16-byte words (a conv latent), in 4-byte words (odd widths, f32 and bf16), and
+/// from a source that starts at an offset.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_row_gather_matches_index_select() {
+    use cumind::network::fused::gather_rows;
+    let cuda = gpu(0);
+    for (n, width, dtype, skip) in [
+        (300, 2688, DType::BF16, 0),
+        (50, 6, DType::BF16, 0),
+        (50, 5, DType::F32, 0),
+        (50, 64, DType::BF16, 2),
+    ] {
+        let all = uniform(&[n + skip, width], 1.0, 7).to_dtype(dtype).unwrap();
+        let src = all.narrow(0, skip, n).unwrap();
+        let picks: Vec<u32> = (0..97).map(|i| (i * 31 % n) as u32).collect();
+        let index = Tensor::from_vec(picks.clone(), 97, &Device::Cpu).unwrap();
+        let want = values(&src.index_select(&index, 0).unwrap());
+        let on_gpu = all.to_device(&cuda).unwrap().narrow(0, skip, n).unwrap();
+        let got = gather_rows(&on_gpu, &index.to_device(&cuda).unwrap()).unwrap();
+        assert_eq!(got.dims(), &[97, width]);
+        assert_eq!(values(&got), want, "{n}x{width} {dtype:?} from row {skip}");
     }
 }

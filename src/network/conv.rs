@@ -117,13 +117,14 @@ impl PlaneNorm {
         relu_after: bool,
     ) -> candle_core::Result<Tensor> {
         if x.device().is_cuda() && fused_kernels() {
-            let (gamma, beta) = self.spread(x)?;
+            let (_, _, h, w) = x.dims4()?;
             let residual = residual.map(|r| r.flatten_from(1)).transpose()?;
             let out = layer_norm_then(
                 &x.flatten_from(1)?,
                 residual.as_ref(),
-                &gamma,
-                &beta,
+                &self.gamma,
+                &self.beta,
+                h * w,
                 1e-5,
                 relu_after,
             )?;

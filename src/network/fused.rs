@@ -196,14 +196,17 @@ pub(crate) fn layer_norm_op(
         .apply_op3(gamma, beta, LayerNorm { eps: eps as f32 })
 }
 
-/// `relu?(residual? + layer_norm(x))`: what a residual block does after its norms. In
-/// inference on CUDA (no tensor tracks a gradient) one kernel does it all; otherwise the
-/// norm, the add and the ReLU run one after the other.
+/// `relu?(residual? + layer_norm(x))`: what a residual block does after its norms, with a
+/// scale and a shift of one value per `group` consecutive features of a row (a plane norm's
+/// per-channel scale over a board of `group` cells; 1: one per feature). In inference on CUDA
+/// (no tensor tracks a gradient) one kernel does it all; otherwise the scale and shift are
+/// spread over the row and the norm, the add and the ReLU run one after the other.
 pub fn layer_norm_then(
     x: &Tensor,
     residual: Option<&Tensor>,
     gamma: &Tensor,
     beta: &Tensor,
+    group: usize,
     eps: f64,
     relu_after: bool,
 ) -> candle_core::Result<Tensor> {
@@ -217,9 +220,19 @@ pub fn layer_norm_then(
         && fusable(&[gamma, beta])
         && residual.is_none_or(|r| r.dtype() == x.dtype() && r.dims() == x.dims())
     {
-        return layer_norm_then_op(x, residual, gamma, beta, eps, relu_after);
+        return layer_norm_then_op(x, residual, gamma, beta, group, eps, relu_after);
     }
-    let mut y = layer_norm(x, gamma, beta, eps)?;
+    let spread = |t: &Tensor| -> candle_core::Result<Tensor> {
+        if group == 1 {
+            return Ok(t.clone());
+        }
+        let n = t.elem_count();
+        t.reshape((n, 1))?
+            .broadcast_as((n, group))?
+            .contiguous()?
+            .flatten_all()
+    };
+    let mut y = layer_norm(x, &spread(gamma)?, &spread(beta)?, eps)?;
     if let Some(r) = residual {
         y = (r + y)?;
     }
@@ -236,11 +249,13 @@ pub fn layer_norm_then_op(
     residual: Option<&Tensor>,
     gamma: &Tensor,
     beta: &Tensor,
+    group: usize,
     eps: f64,
     relu_after: bool,
 ) -> candle_core::Result<Tensor> {
     let op = LayerNormThen {
         residual: residual.map(Tensor::contiguous).transpose()?,
+        group,
         eps: eps as f32,
         relu: relu_after,
     };
@@ -249,6 +264,7 @@ pub fn layer_norm_then_op(
 
 struct LayerNormThen {
     residual: Option<Tensor>,
+    group: usize,
     eps: f32,
     relu: bool,
 }
@@ -281,6 +297,7 @@ impl CustomOp3 for LayerNormThen {
             residual,
             (s2, l2),
             (s3, l3),
+            self.group,
             self.eps,
             self.relu,
         )
@@ -297,14 +314,21 @@ impl CustomOp3 for LayerNormThen {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (x, gamma, beta) = (widened(s1, l1)?, elements(s2, l2)?, elements(s3, l3)?);
         let d = last_dim(l1)?;
-        if gamma.len() != d || beta.len() != d {
+        let group = self.group;
+        if group == 0 || gamma.len() * group != d || beta.len() != gamma.len() {
             candle_core::bail!(
-                "layer norm: scale/shift of {} for {d} features",
-                gamma.len()
+                "layer norm: scale/shift of {} and {} for {d} features in groups of {group}",
+                gamma.len(),
+                beta.len()
             );
         }
+        let spread = |t: &[f32]| -> Vec<f32> {
+            t.iter()
+                .flat_map(|&v| std::iter::repeat_n(v, group))
+                .collect()
+        };
         let mut out = vec![0f32; x.len()];
-        layer_norm_rows(&x, gamma, beta, self.eps, &mut out);
+        layer_norm_rows(&x, &spread(gamma), &spread(beta), self.eps, &mut out);
         if let Some(r) = &self.residual {
             let (storage, layout) = r.storage_and_layout();
             let candle_core::Storage::Cpu(storage) = &*storage else {
@@ -644,6 +668,52 @@ impl CustomOp1 for SumRows {
 /// written-out form (`layers::min_max_scale`) is six passes over the batch.
 pub fn min_max_scale_rows(x: &Tensor) -> candle_core::Result<Tensor> {
     x.contiguous()?.apply_op1_no_bwd(&MinMaxScale)
+}
+
+/// Rows of `src` (`[N, ...]`) picked by `index` (u32 `[R]`) -> `[R, ...]`: on CUDA one copy
+/// kernel in 16-byte words (candle's index_select works element by element: 85 us where this
+/// takes a copy's time for the 4,096 latents of a Connect Four search); elsewhere, or for rows
+/// the kernel cannot copy in whole words, `index_select`. No backward pass.
+pub fn gather_rows(src: &Tensor, index: &Tensor) -> candle_core::Result<Tensor> {
+    let bytes = src.dtype().size_in_bytes();
+    let row_len = src.dims().iter().skip(1).product::<usize>();
+    let words = src.rank() >= 1
+        && matches!(bytes, 2 | 4)
+        && (row_len * bytes).is_multiple_of(4)
+        && (src.layout().start_offset() * bytes).is_multiple_of(4);
+    if src.device().is_cuda() && index.dtype() == DType::U32 && src.is_contiguous() && words {
+        return src.apply_op2_no_bwd(&index.contiguous()?, &GatherRows);
+    }
+    src.index_select(index, 0)
+}
+
+struct GatherRows;
+
+impl CustomOp2 for GatherRows {
+    fn name(&self) -> &'static str {
+        "cumind-gather-rows"
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        super::fused_cuda::gather_rows((s1, l1), (s2, l2))
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("gather rows: the CPU takes index_select (fused::gather_rows)")
+    }
 }
 
 struct MinMaxScale;
@@ -1023,14 +1093,47 @@ mod tests {
             if relu_after {
                 want = want.relu().unwrap();
             }
-            let got = layer_norm_then_op(&x, r, &gamma, &beta, 1e-5, relu_after).unwrap();
+            let got = layer_norm_then_op(&x, r, &gamma, &beta, 1, 1e-5, relu_after).unwrap();
             close(&got, &want, 1e-6, "one op");
-            let steps = layer_norm_then(&x, r, &gamma, &beta, 1e-5, relu_after).unwrap();
+            let steps = layer_norm_then(&x, r, &gamma, &beta, 1, 1e-5, relu_after).unwrap();
             close(&steps, &want, 0.0, "the CPU's steps");
         }
+        // A scale and shift per group of 5 features equal the same values spread out.
+        let (gamma4, beta4) = (
+            gamma.narrow(0, 0, 4).unwrap(),
+            beta.narrow(0, 0, 4).unwrap(),
+        );
+        let spread = |t: &Tensor| {
+            t.reshape((4, 1))
+                .unwrap()
+                .broadcast_as((4, 5))
+                .unwrap()
+                .contiguous()
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+        };
+        let grouped = layer_norm_then_op(&x, Some(&residual), &gamma4, &beta4, 5, 1e-5, true);
+        let spread_out = layer_norm_then_op(
+            &x,
+            Some(&residual),
+            &spread(&gamma4),
+            &spread(&beta4),
+            1,
+            1e-5,
+            true,
+        );
+        close(&grouped.unwrap(), &spread_out.unwrap(), 0.0, "groups");
+        let steps = layer_norm_then(&x, Some(&residual), &gamma4, &beta4, 5, 1e-5, true).unwrap();
+        close(
+            &steps,
+            &layer_norm_then_op(&x, Some(&residual), &gamma4, &beta4, 5, 1e-5, true).unwrap(),
+            1e-6,
+            "grouped steps",
+        );
         // The ReLU and the residual change the values here: the cases are not all one.
-        let plain = layer_norm_then_op(&x, None, &gamma, &beta, 1e-5, false).unwrap();
-        let both = layer_norm_then_op(&x, Some(&residual), &gamma, &beta, 1e-5, true).unwrap();
+        let plain = layer_norm_then_op(&x, None, &gamma, &beta, 1, 1e-5, false).unwrap();
+        let both = layer_norm_then_op(&x, Some(&residual), &gamma, &beta, 1, 1e-5, true).unwrap();
         let differ = (plain - both).unwrap().abs().unwrap().max_all().unwrap();
         assert!(differ.to_scalar::<f32>().unwrap() > 0.5);
     }

@@ -140,12 +140,14 @@ fn layer_norm_of<T: CudaDType + DeviceRepr>(
 }
 
 /// `relu?(residual? + layer_norm(x))` in one kernel (inference): `x` and `residual` of one
-/// shape and dtype (f32 or bf16), `gamma` and `beta` f32.
+/// shape and dtype (f32 or bf16), `gamma` and `beta` f32 with one value per `group`
+/// consecutive features of a row.
 pub fn layer_norm_act(
     x: (&CudaStorage, &Layout),
     residual: Option<(&CudaStorage, &Layout)>,
     gamma: (&CudaStorage, &Layout),
     beta: (&CudaStorage, &Layout),
+    group: usize,
     eps: f32,
     relu: bool,
 ) -> Result<(CudaStorage, Shape)> {
@@ -160,11 +162,20 @@ pub fn layer_norm_act(
             );
         }
     }
+    let args = NormThen { group, eps, relu };
     match x.0.dtype() {
-        DType::F32 => layer_norm_act_of::<f32>(x, residual, gamma, beta, eps, relu, "f32"),
-        DType::BF16 => layer_norm_act_of::<bf16>(x, residual, gamma, beta, eps, relu, "bf16"),
+        DType::F32 => layer_norm_act_of::<f32>(x, residual, gamma, beta, args, "f32"),
+        DType::BF16 => layer_norm_act_of::<bf16>(x, residual, gamma, beta, args, "bf16"),
         other => Err(no_kernel("layer norm", other)),
     }
+}
+
+/// The scalar arguments of [`layer_norm_act`].
+#[derive(Clone, Copy)]
+struct NormThen {
+    group: usize,
+    eps: f32,
+    relu: bool,
 }
 
 fn layer_norm_act_of<T: CudaDType + DeviceRepr>(
@@ -172,8 +183,7 @@ fn layer_norm_act_of<T: CudaDType + DeviceRepr>(
     residual: Option<(&CudaStorage, &Layout)>,
     gamma: (&CudaStorage, &Layout),
     beta: (&CudaStorage, &Layout),
-    eps: f32,
-    relu: bool,
+    args: NormThen,
     dtype: &str,
 ) -> Result<(CudaStorage, Shape)> {
     let dev = &x.0.device;
@@ -183,8 +193,13 @@ fn layer_norm_act_of<T: CudaDType + DeviceRepr>(
         view::<f32>(gamma.0, gamma.1)?,
         view::<f32>(beta.0, beta.1)?,
     );
-    if gv.len() != d || bv.len() != d {
-        candle_core::bail!("layer norm: scale/shift of {} for {d} features", gv.len());
+    if args.group == 0 || gv.len() * args.group != d || bv.len() != gv.len() {
+        candle_core::bail!(
+            "layer norm: scale/shift of {} and {} for {d} features in groups of {}",
+            gv.len(),
+            bv.len(),
+            args.group
+        );
     }
     // Without a residual the kernel is handed x in its place and never reads it.
     let rv = match residual {
@@ -193,13 +208,11 @@ fn layer_norm_act_of<T: CudaDType + DeviceRepr>(
     };
     let out = output::<T>(dev, rows * d)?;
     // bf16 rows of a multiple of 8 at 16-byte aligned offsets take the vector kernel.
-    let aligned = |layout: &Layout, align: usize| layout.start_offset().is_multiple_of(align);
+    let aligned = |layout: &Layout| layout.start_offset().is_multiple_of(8);
     let vector = dtype == "bf16"
         && d.is_multiple_of(8)
-        && aligned(x.1, 8)
-        && residual.is_none_or(|r| aligned(r.1, 8))
-        && aligned(gamma.1, 4)
-        && aligned(beta.1, 4);
+        && aligned(x.1)
+        && residual.is_none_or(|r| aligned(r.1));
     let kernel = if vector {
         "cumind_layer_norm_act_bf16x8".to_string()
     } else {
@@ -208,9 +221,10 @@ fn layer_norm_act_of<T: CudaDType + DeviceRepr>(
     let func = dev.get_or_load_custom_func(&kernel, MODULE, ptx::FUSED_KERNELS)?;
     let mut b = func.builder();
     b.arg(&xv).arg(&rv).arg(&gv).arg(&bv).arg(&out);
-    let (rows_i, d_i) = (rows as i32, d as i32);
-    let (add_i, relu_i) = (i32::from(residual.is_some()), i32::from(relu));
-    b.arg(&rows_i).arg(&d_i).arg(&eps).arg(&add_i).arg(&relu_i);
+    let (rows_i, d_i, group_i) = (rows as i32, d as i32, args.group as i32);
+    let (add_i, relu_i) = (i32::from(residual.is_some()), i32::from(args.relu));
+    b.arg(&rows_i).arg(&d_i).arg(&group_i).arg(&args.eps);
+    b.arg(&add_i).arg(&relu_i);
     // SAFETY: the argument list matches the kernel's signature.
     unsafe { b.launch(row_launch(rows)) }.w()?;
     Ok((storage(out, dev), x.1.shape().clone()))
@@ -562,6 +576,80 @@ pub fn col2im(
     unfold_launch(cols, patches, out_shape, threads, &kernel)
 }
 
+/// Rows of `src` (`[N, ...]`, contiguous, any dtype of 2 or 4 bytes) picked by `index` (u32,
+/// `[R]`) -> `[R, ...]`: a row copy in 16-byte words when the rows and offsets allow, else in
+/// 4-byte words (rows of an even number of 2-byte values). An index past `src`'s rows gives a
+/// row of zeros.
+pub fn gather_rows(
+    src: (&CudaStorage, &Layout),
+    index: (&CudaStorage, &Layout),
+) -> Result<(CudaStorage, Shape)> {
+    let dims = src.1.dims();
+    let Some((&n, rest)) = dims.split_first() else {
+        candle_core::bail!("gather rows: a scalar has no rows");
+    };
+    let row_len: usize = rest.iter().product();
+    let rows = index.1.shape().elem_count();
+    let bytes = src.0.dtype().size_in_bytes();
+    let row_bytes = row_len * bytes;
+    if !row_bytes.is_multiple_of(4) || !matches!(bytes, 2 | 4) {
+        candle_core::bail!(
+            "gather rows: rows of {row_len} {:?} values are not whole 4-byte words",
+            src.0.dtype()
+        );
+    }
+    let (start, _) = src.1.contiguous_offsets().ok_or_else(|| {
+        candle_core::Error::Msg("gather rows: the source is not contiguous".into())
+    })?;
+    if !(start * bytes).is_multiple_of(4) {
+        candle_core::bail!("gather rows: the source starts inside a 4-byte word");
+    }
+    let wide = row_bytes.is_multiple_of(16) && (start * bytes).is_multiple_of(16);
+    let word = if wide { 16 } else { 4 };
+    let words = row_bytes / word;
+    if rows * words > i32::MAX as usize || n > i32::MAX as usize {
+        candle_core::bail!("gather rows: {rows} rows of {words} words is too many for the kernel");
+    }
+    let dev = &src.0.device;
+    let iv = view::<u32>(index.0, index.1)?;
+    let mut shape = vec![rows];
+    shape.extend_from_slice(rest);
+    // The source and the output as raw words: a byte view of the storage, whatever its dtype.
+    macro_rules! launch {
+        ($t:ty) => {{
+            let sv = view::<$t>(src.0, src.1)?;
+            let out = output::<$t>(dev, rows * row_len)?;
+            let func = dev.get_or_load_custom_func(
+                if wide {
+                    "cumind_gather_rows_w16"
+                } else {
+                    "cumind_gather_rows_w4"
+                },
+                MODULE,
+                ptx::FUSED_KERNELS,
+            )?;
+            let mut b = func.builder();
+            let (rows_i, words_i, n_i) = (rows as i32, words as i32, n as i32);
+            b.arg(&sv)
+                .arg(&iv)
+                .arg(&out)
+                .arg(&rows_i)
+                .arg(&words_i)
+                .arg(&n_i);
+            // SAFETY: the kernel reads `words` words of each picked row (in bounds: indices
+            // past the rows give zeros) and writes every word of `out`.
+            unsafe { b.launch(elementwise_launch(rows * words)) }.w()?;
+            Ok((storage(out, dev), Shape::from(shape)))
+        }};
+    }
+    match src.0.dtype() {
+        DType::BF16 => launch!(bf16),
+        DType::F16 => launch!(half::f16),
+        DType::F32 => launch!(f32),
+        other => Err(no_kernel("gather rows", other)),
+    }
+}
+
 /// Positions per block and filters per block of the implicit convolution (`CONV_BM`,
 /// `CONV_BN` and `CONV_THREADS` in the .cu file).
 const CONV_BM: u32 = 128;
@@ -572,6 +660,8 @@ const CONV_THREADS: u32 = 256;
 const STAGED_HALO: i32 = 64;
 const STAGED_BK: i32 = 32;
 const STAGED_BM: u32 = 128;
+/// The most filters of a 1x1 convolution that runs one thread per position (`FEW_FILTERS`).
+const FEW_FILTERS: usize = 8;
 
 /// Whether the PTX was built for a compute capability with bf16 tensor-core instructions
 /// (8.0 on), and the device has them: else the implicit convolution is not launched.
@@ -642,6 +732,26 @@ pub fn conv_implicit(
         view::<bf16>(bias.0, bias.1)?,
     );
     let out = output::<bf16>(dev, out_len)?;
+    if k == 1 && o <= FEW_FILTERS {
+        let func =
+            dev.get_or_load_custom_func("cumind_conv1x1_few_bf16", MODULE, ptx::FUSED_KERNELS)?;
+        let mut builder = func.builder();
+        let (positions_i, hw, o_i) = (positions as i32, h * w, o as i32);
+        builder.arg(&xv).arg(&fv).arg(&bv).arg(&out);
+        builder.arg(&positions_i).arg(&c).arg(&hw).arg(&o_i);
+        let config = LaunchConfig {
+            grid_dim: ((positions as u32).div_ceil(ELEMENTWISE_BLOCK), 1, 1),
+            block_dim: (ELEMENTWISE_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the argument list matches the kernel's signature; one thread per position
+        // writes its `o` outputs.
+        unsafe { builder.launch(config) }.w()?;
+        return Ok((
+            storage(out, dev),
+            Shape::from((b, o, h as usize, w as usize)),
+        ));
+    }
     let pad = k / 2;
     let halo = pad * (w + pad) + pad;
     let flat = b * ((h + pad) * (w + pad)) as usize;

@@ -96,12 +96,14 @@ extern "C" __global__ void cumind_layer_norm_bf16(const __nv_bfloat16 *x, const 
 
 // The layer norm followed by what a residual network does next, for inference: out =
 // relu?(residual? + layer_norm(x)), one pass where the written-out form is two or three (the
-// norm, the add, the ReLU), each over the whole batch. residual is read only when
-// add_residual is set (then it has x's shape); the sum and the ReLU are taken in f32 and the
-// result rounded once.
+// norm, the add, the ReLU), each over the whole batch. The scale and shift hold one value per
+// `group` consecutive features (a conv net's plane norm: one per channel, group = H * W; 1:
+// one per feature), so they need not be spread over the board first. residual is read only
+// when add_residual is set (then it has x's shape); the sum and the ReLU are taken in f32 and
+// the result rounded once.
 template <typename T>
 __device__ void layer_norm_act(const T *x, const T *residual, const float *gamma,
-                               const float *beta, T *out, int rows, int d, float eps,
+                               const float *beta, T *out, int rows, int d, int group, float eps,
                                int add_residual, int relu) {
     const int row = blockIdx.x * blockDim.y + threadIdx.y;
     if (row >= rows) {
@@ -113,7 +115,8 @@ __device__ void layer_norm_act(const T *x, const T *residual, const float *gamma
     float mean, rstd;
     row_statistics(xr, d, eps, &mean, &rstd);
     for (int i = threadIdx.x; i < d; i += WARP) {
-        float v = (widen(xr[i]) - mean) * rstd * gamma[i] + beta[i];
+        const int g = i / group;
+        float v = (widen(xr[i]) - mean) * rstd * gamma[g] + beta[g];
         if (add_residual) {
             v += widen(rr[i]);
         }
@@ -126,22 +129,24 @@ __device__ void layer_norm_act(const T *x, const T *residual, const float *gamma
 
 extern "C" __global__ void cumind_layer_norm_act_f32(const float *x, const float *residual,
                                                      const float *gamma, const float *beta,
-                                                     float *out, int rows, int d, float eps,
-                                                     int add_residual, int relu) {
-    layer_norm_act<float>(x, residual, gamma, beta, out, rows, d, eps, add_residual, relu);
+                                                     float *out, int rows, int d, int group,
+                                                     float eps, int add_residual, int relu) {
+    layer_norm_act<float>(x, residual, gamma, beta, out, rows, d, group, eps, add_residual,
+                          relu);
 }
 extern "C" __global__ void cumind_layer_norm_act_bf16(const __nv_bfloat16 *x,
                                                       const __nv_bfloat16 *residual,
                                                       const float *gamma, const float *beta,
                                                       __nv_bfloat16 *out, int rows, int d,
-                                                      float eps, int add_residual, int relu) {
-    layer_norm_act<__nv_bfloat16>(x, residual, gamma, beta, out, rows, d, eps, add_residual,
-                                  relu);
+                                                      int group, float eps, int add_residual,
+                                                      int relu) {
+    layer_norm_act<__nv_bfloat16>(x, residual, gamma, beta, out, rows, d, group, eps,
+                                  add_residual, relu);
 }
 
 // The same in bf16 with 16-byte loads and stores (8 values a lane at a time), for rows whose
-// length is a multiple of 8 and whose pointers (x, residual, out, gamma, beta) are 16-byte
-// aligned: the scalar loads above move 64 bytes per warp instruction, these 512.
+// length is a multiple of 8 and whose pointers (x, residual, out) are 16-byte aligned: the
+// scalar loads above move 64 bytes per warp instruction, these 512.
 __device__ __forceinline__ void unpack8(uint4 u, float *v) {
     const __nv_bfloat162 *p = reinterpret_cast<const __nv_bfloat162 *>(&u);
 #pragma unroll
@@ -156,7 +161,8 @@ extern "C" __global__ void cumind_layer_norm_act_bf16x8(const __nv_bfloat16 *x,
                                                         const __nv_bfloat16 *residual,
                                                         const float *gamma, const float *beta,
                                                         __nv_bfloat16 *out, int rows, int d,
-                                                        float eps, int add_residual, int relu) {
+                                                        int group, float eps, int add_residual,
+                                                        int relu) {
     const int row = blockIdx.x * blockDim.y + threadIdx.y;
     if (row >= rows) {
         return;
@@ -165,8 +171,6 @@ extern "C" __global__ void cumind_layer_norm_act_bf16x8(const __nv_bfloat16 *x,
     const uint4 *xr = reinterpret_cast<const uint4 *>(x + (size_t)row * d);
     const uint4 *rr = reinterpret_cast<const uint4 *>(residual + (size_t)row * d);
     uint4 *o = reinterpret_cast<uint4 *>(out + (size_t)row * d);
-    const float4 *g4 = reinterpret_cast<const float4 *>(gamma);
-    const float4 *b4 = reinterpret_cast<const float4 *>(beta);
     float v[8];
     float s = 0.0f;
     for (int i = threadIdx.x; i < n8; i += WARP) {
@@ -188,24 +192,28 @@ extern "C" __global__ void cumind_layer_norm_act_bf16x8(const __nv_bfloat16 *x,
         if (add_residual) {
             unpack8(rr[i], r);
         }
-        const float4 ga = g4[2 * i], gb = g4[2 * i + 1], ba = b4[2 * i], bb = b4[2 * i + 1];
-        const float g[8] = {ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w};
-        const float b[8] = {ba.x, ba.y, ba.z, ba.w, bb.x, bb.y, bb.z, bb.w};
         uint4 packed;
         __nv_bfloat162 *p = reinterpret_cast<__nv_bfloat162 *>(&packed);
+        // The group of the word's first value; later values may cross into the next groups.
+        int g = (8 * i) / group;
+        int left = group - (8 * i - g * group);
+        float y[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            if (left == 0) {
+                ++g;
+                left = group;
+            }
+            --left;
+            float value = (v[j] - mean) * rstd * gamma[g] + beta[g];
+            if (add_residual) {
+                value += r[j];
+            }
+            y[j] = relu ? fmaxf(value, 0.0f) : value;
+        }
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            float lo = (v[2 * j] - mean) * rstd * g[2 * j] + b[2 * j];
-            float hi = (v[2 * j + 1] - mean) * rstd * g[2 * j + 1] + b[2 * j + 1];
-            if (add_residual) {
-                lo += r[2 * j];
-                hi += r[2 * j + 1];
-            }
-            if (relu) {
-                lo = fmaxf(lo, 0.0f);
-                hi = fmaxf(hi, 0.0f);
-            }
-            p[j] = __floats2bfloat162_rn(lo, hi);
+            p[j] = __floats2bfloat162_rn(y[2 * j], y[2 * j + 1]);
         }
         o[i] = packed;
     }
@@ -1033,6 +1041,73 @@ __device__ void conv_staged(const __nv_bfloat16 *__restrict__ src,
 CONV_STAGED(1)
 CONV_STAGED(3)
 CONV_STAGED(5)
+
+// A 1x1 convolution with at most FEW_FILTERS filters (the heads' policy, value and reward
+// planes): one thread per position, the sums over the channels in f32, bias added and rounded
+// once. The tensor-core kernels above compute a tile of 64 filters, almost all of it waste for
+// one or two.
+#define FEW_FILTERS 8
+extern "C" __global__ void cumind_conv1x1_few_bf16(const __nv_bfloat16 *__restrict__ src,
+                                                   const __nv_bfloat16 *__restrict__ wt,
+                                                   const __nv_bfloat16 *__restrict__ bias,
+                                                   __nv_bfloat16 *__restrict__ out,
+                                                   int positions, int c, int hw, int o) {
+    const int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= positions) {
+        return;
+    }
+    const int b = p / hw;
+    const int r = p - b * hw;
+    float acc[FEW_FILTERS];
+#pragma unroll
+    for (int f = 0; f < FEW_FILTERS; ++f) {
+        acc[f] = f < o ? __bfloat162float(bias[f]) : 0.0f;
+    }
+    const __nv_bfloat16 *xs = src + (size_t)b * c * hw + r;
+    for (int ci = 0; ci < c; ++ci) {
+        const float v = __bfloat162float(xs[(size_t)ci * hw]);
+#pragma unroll
+        for (int f = 0; f < FEW_FILTERS; ++f) {
+            if (f < o) {
+                acc[f] += __bfloat162float(wt[f * c + ci]) * v;
+            }
+        }
+    }
+#pragma unroll
+    for (int f = 0; f < FEW_FILTERS; ++f) {
+        if (f < o) {
+            out[((size_t)b * o + f) * hw + r] = __float2bfloat16(acc[f]);
+        }
+    }
+}
+
+// Rows of src picked by index: out[i, :] = src[index[i], :], copied in words of W (4 or 16
+// bytes; the host picks 16 when the rows and offsets allow), zeros for an index past src's
+// rows. One thread per word. What the search does to fetch its parents' latents, where
+// candle's index_select works element by element.
+template <typename W>
+__device__ void gather_rows(const W *src, const uint32_t *index, W *out, int rows, int words,
+                            int src_rows) {
+    const size_t n = (size_t)rows * words;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = i / words;
+        const uint32_t from = index[r];
+        W zero;
+        memset(&zero, 0, sizeof(W));
+        out[i] = from < (uint32_t)src_rows ? src[(size_t)from * words + (i - r * words)] : zero;
+    }
+}
+extern "C" __global__ void cumind_gather_rows_w4(const uint32_t *src, const uint32_t *index,
+                                                 uint32_t *out, int rows, int words,
+                                                 int src_rows) {
+    gather_rows<uint32_t>(src, index, out, rows, words, src_rows);
+}
+extern "C" __global__ void cumind_gather_rows_w16(const uint4 *src, const uint32_t *index,
+                                                  uint4 *out, int rows, int words,
+                                                  int src_rows) {
+    gather_rows<uint4>(src, index, out, rows, words, src_rows);
+}
 
 // Min-max scaling of each row of d values to [0, 1]: (x - min) / (max - min + 1e-5), one warp
 // per row, in f32 (bf16 rows rounded once at the end). The latent states' normalisation, as

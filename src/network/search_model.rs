@@ -306,7 +306,7 @@ impl Model for SearchModel<'_> {
             .map(|(i, &p)| (p * b + i) as u32)
             .collect();
         let index = Tensor::from_vec(rows, b, buffer.device()).map_err(backend)?;
-        let parent_latents = buffer.index_select(&index, 0).map_err(backend)?;
+        let parent_latents = super::fused::gather_rows(buffer, &index).map_err(backend)?;
         let network = self.frozen.as_ref().unwrap_or(self.network);
         let one_hot = network.action_tensor(actions)?;
         let parent_state = match &self.prefix {
