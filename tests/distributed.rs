@@ -87,6 +87,40 @@ fn two_ranks_train_in_step_and_end_identical() {
     assert_ne!(weights(&alone), weights(a));
 }
 
+/// Budgets count every rank's environment steps, and each rank keeps the configured replay
+/// ratio over its own: two ranks with a budget of 640 steps play 320 each and take as many
+/// training steps as one process with a budget of 320.
+#[test]
+fn budgets_count_every_rank_s_steps_and_the_ratio_holds_per_rank() {
+    let two = catch_config(&["training.max_env_steps=640", "training.eval_interval=0"]);
+    let results = train_ranks(&two, 2, |_| false);
+    let (a, log) = &results[0];
+    let a = a.as_ref().unwrap();
+    assert_eq!(a.counters.env_steps, 640, "{log:?}");
+    assert!(
+        log.iter()
+            .any(|l| l.contains("640 environment steps over all ranks, 320 per rank")),
+        "{log:?}"
+    );
+    let one = catch_config(&["training.max_env_steps=320", "training.eval_interval=0"]);
+    let alone = train(
+        &one,
+        &[Device::Cpu],
+        &RunOptions {
+            no_checkpoints: true,
+            ..Default::default()
+        },
+        &mut MemorySink::default(),
+    )
+    .unwrap();
+    assert_eq!(alone.counters.env_steps, 320);
+    assert!(alone.counters.training_steps > 0);
+    assert_eq!(a.counters.training_steps, alone.counters.training_steps);
+    // Episodes are counted over the ranks too: both ranks hold the same count.
+    let (b, _) = &results[1];
+    assert_eq!(b.as_ref().unwrap().counters.episodes, a.counters.episodes);
+}
+
 #[test]
 fn rank_0s_evaluation_stops_every_rank_at_the_same_step() {
     // A stop_return every evaluation reaches: rank 0 stops the run at its first evaluation.

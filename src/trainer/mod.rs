@@ -346,7 +346,9 @@ impl<'a> TrainingRun<'a> {
                 }
             ));
         }
-        let mut schedule = Schedule::new(config, &self.counters, self.replay.num_transitions());
+        let ranks = self.collective.as_ref().map_or(1, |c| c.size());
+        let mut schedule =
+            Schedule::new(config, &self.counters, self.replay.num_transitions(), ranks);
         let seed = rank_seed(config.other.seed, self.collective.as_deref())
             .wrapping_add(self.counters.env_steps.wrapping_mul(7919));
         let mut source = if config.self_play.num_actors == 0 {
@@ -405,8 +407,19 @@ impl<'a> TrainingRun<'a> {
                 Source::Threads(pool) => pool.next_step()?,
             };
             self.timing.self_play += clock.elapsed().as_secs_f64();
-            self.counters.env_steps += step.env_steps as u64;
+            // The counters hold every rank's steps and episodes, so budgets, evaluation
+            // intervals and the logged x axis mean the same at any rank count.
+            let (mut steps, mut episodes) = (step.env_steps, step.finished_episodes.len());
+            if let Some(c) = &self.collective {
+                // Per iteration a few hundred at most: exact in f32.
+                let mut both = [steps as f32, episodes as f32];
+                c.sum_f32(&mut both)?;
+                (steps, episodes) = (both[0] as usize, both[1] as usize);
+            }
+            let own_episodes = step.finished_episodes.len() as u64;
+            self.counters.env_steps += steps as u64;
             self.record_step(step, temperature, sink)?;
+            self.counters.episodes = self.counters.episodes - own_episodes + episodes as u64;
 
             let mut due = schedule.after_actor_step(&self.counters, self.replay.num_transitions());
             if let Some(c) = &self.collective {
@@ -505,15 +518,15 @@ impl<'a> TrainingRun<'a> {
             if difference != 0.0 {
                 return Err(TrainError::RanksDiverged(difference));
             }
-            // Every rank takes the same number of environment steps per iteration.
-            let this_process = self.counters.env_steps - env_steps_before;
+            // The counters add up every rank's environment steps.
+            let all_ranks = self.counters.env_steps - env_steps_before;
             sink.log(&format!(
                 "{} ranks hold identical parameters after {} training steps ({} environment \
-                 steps per rank, {} over all ranks, since this process started)",
+                 steps over all ranks, {} per rank, since this process started)",
                 c.size(),
                 self.counters.training_steps,
-                this_process,
-                this_process * c.size() as u64
+                all_ranks,
+                all_ranks / c.size() as u64
             ));
             self.timing.rank_average = self.learner.rank_average_seconds();
             let steps = (self.counters.training_steps - training_steps_before).max(1) as f64;

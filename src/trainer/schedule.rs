@@ -4,8 +4,10 @@
 //! owns only numbers, so every rule below is unit-tested without a network.
 //!
 //! - **Replay ratio.** Training starts once replay holds `min_replay` transitions; from then on
-//!   the learner owes `ceil((env_steps - env_steps_when_warm) * train_ratio)` training steps
-//!   beyond those it had taken when replay became warm.
+//!   the learner owes `ceil((env_steps - env_steps_when_warm) / ranks * train_ratio)` training
+//!   steps beyond those it had taken when replay became warm. The counters' environment steps
+//!   are those of every rank together, so each rank's replay ratio is `train_ratio` over its
+//!   own steps, at any rank count.
 //! - **Learner phases.** A phase (paying what is owed) comes every `train_frequency` actor
 //!   steps.
 //! - **Evaluation** every `eval_interval` environment steps (0: never), **checkpoints** every
@@ -20,6 +22,8 @@ use crate::config::Config;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Schedule {
     train_ratio: f64,
+    /// The ranks whose environment steps the counters add up (1 training alone).
+    ranks: u64,
     min_replay: usize,
     train_frequency: usize,
     eval_interval: u64,
@@ -38,12 +42,18 @@ pub struct Schedule {
 
 impl Schedule {
     /// The schedule of `config` for a segment that starts at `counters` with
-    /// `replay_transitions` already stored.
-    pub fn new(config: &Config, counters: &Counters, replay_transitions: usize) -> Self {
+    /// `replay_transitions` already stored, over `ranks` ranks (1: training alone).
+    pub fn new(
+        config: &Config,
+        counters: &Counters,
+        replay_transitions: usize,
+        ranks: usize,
+    ) -> Self {
         let t = &config.training;
         let min_replay = config.min_replay_transitions();
         Self {
             train_ratio: t.train_ratio,
+            ranks: ranks.max(1) as u64,
             min_replay,
             train_frequency: t.train_frequency,
             eval_interval: t.eval_interval as u64,
@@ -74,8 +84,8 @@ impl Schedule {
             return 0;
         };
         self.actor_steps_since_phase = 0;
-        let owed = self.trained_before
-            + ((counters.env_steps - warm) as f64 * self.train_ratio).ceil() as u64;
+        let own_steps = (counters.env_steps - warm) as f64 / self.ranks as f64;
+        let owed = self.trained_before + (own_steps * self.train_ratio).ceil() as u64;
         let mut due = owed.saturating_sub(counters.training_steps);
         if self.max_training_steps > 0 {
             due = due.min(
@@ -169,7 +179,7 @@ mod tests {
     #[test]
     fn nothing_is_owed_before_replay_is_warm_then_the_ratio_applies_from_there() {
         let c = config(&["memory.min_memory_size=100", "training.train_ratio=0.25"]);
-        let mut s = Schedule::new(&c, &counters(0, 0), 0);
+        let mut s = Schedule::new(&c, &counters(0, 0), 0, 1);
         // 16 env steps per actor step; replay warm at 112 transitions (7th step).
         let mut trained = 0;
         let mut owed_per_step = Vec::new();
@@ -184,10 +194,27 @@ mod tests {
         assert_eq!(trained, 12);
     }
 
+    /// Over K ranks the counters hold every rank's steps: each rank owes what one process
+    /// owes for its own share, so the replay ratio per rank is the configured one.
+    #[test]
+    fn over_several_ranks_the_ratio_applies_to_each_rank_s_share() {
+        let c = config(&["memory.min_memory_size=1", "training.train_ratio=0.25"]);
+        let mut alone = Schedule::new(&c, &counters(0, 0), 0, 1);
+        let mut three = Schedule::new(&c, &counters(0, 0), 0, 3);
+        let (mut trained_alone, mut trained_three) = (0, 0);
+        for step in 1..=8u64 {
+            // 16 steps an actor step on each of the three ranks: 48 over all of them.
+            trained_alone += alone.after_actor_step(&counters(16 * step, trained_alone), 1);
+            trained_three += three.after_actor_step(&counters(48 * step, trained_three), 1);
+            assert_eq!(trained_three, trained_alone, "after actor step {step}");
+        }
+        assert_eq!(trained_alone, 28); // (128 - 16) * 0.25
+    }
+
     #[test]
     fn owed_steps_round_up_and_catch_up_after_a_pause() {
         let c = config(&["memory.min_memory_size=1", "training.train_ratio=0.1"]);
-        let mut s = Schedule::new(&c, &counters(0, 0), 0);
+        let mut s = Schedule::new(&c, &counters(0, 0), 0, 1);
         assert_eq!(s.after_actor_step(&counters(5, 0), 5), 0); // warm at 5
         assert_eq!(s.after_actor_step(&counters(10, 0), 10), 1); // ceil(0.5)
                                                                  // The learner took none of it: 2 owed by 20 env steps.
@@ -201,7 +228,7 @@ mod tests {
             "training.train_ratio=1.0",
             "training.train_frequency=3",
         ]);
-        let mut s = Schedule::new(&c, &counters(0, 0), 10);
+        let mut s = Schedule::new(&c, &counters(0, 0), 10, 1);
         let dues: Vec<u64> = (1..=6)
             .map(|k| s.after_actor_step(&counters(10 * k, 0), 10))
             .collect();
@@ -211,7 +238,7 @@ mod tests {
     #[test]
     fn a_resumed_segment_counts_from_its_own_start() {
         let c = config(&["memory.min_memory_size=1", "training.train_ratio=0.5"]);
-        let mut s = Schedule::new(&c, &counters(1000, 400), 500);
+        let mut s = Schedule::new(&c, &counters(1000, 400), 500, 1);
         assert_eq!(s.after_actor_step(&counters(1010, 400), 510), 5);
     }
 
@@ -222,7 +249,7 @@ mod tests {
             "training.train_ratio=1.0",
             "training.max_training_steps=15",
         ]);
-        let mut s = Schedule::new(&c, &counters(0, 0), 10);
+        let mut s = Schedule::new(&c, &counters(0, 0), 10, 1);
         assert_eq!(s.after_actor_step(&counters(10, 0), 10), 10);
         assert_eq!(s.after_actor_step(&counters(20, 10), 20), 5);
         assert_eq!(
@@ -237,7 +264,7 @@ mod tests {
             "training.eval_interval=100",
             "training.checkpoint_interval=50",
         ]);
-        let mut s = Schedule::new(&c, &counters(130, 70), 0);
+        let mut s = Schedule::new(&c, &counters(130, 70), 0, 1);
         assert!(!s.eval_due(199));
         assert!(s.eval_due(216));
         assert!(!s.eval_due(250));
@@ -247,14 +274,14 @@ mod tests {
         assert!(!s.checkpoint_due(120));
         assert!(s.checkpoint_due(151));
         let off = config(&["training.eval_interval=0"]);
-        let mut s = Schedule::new(&off, &counters(0, 0), 0);
+        let mut s = Schedule::new(&off, &counters(0, 0), 0, 1);
         assert!(!s.eval_due(u64::MAX - 1));
     }
 
     #[test]
     fn progress_and_budget_use_every_limit_that_is_set() {
         let c = config(&["training.max_env_steps=1000", "training.num_episodes=10"]);
-        let s = Schedule::new(&c, &counters(0, 0), 0);
+        let s = Schedule::new(&c, &counters(0, 0), 0, 1);
         let mut at = counters(250, 0);
         at.episodes = 5;
         assert_eq!(s.progress(&at), 0.5);
