@@ -121,6 +121,89 @@ fn budgets_count_every_rank_s_steps_and_the_ratio_holds_per_rank() {
     assert_eq!(b.as_ref().unwrap().counters.episodes, a.counters.episodes);
 }
 
+/// Train `config` on `ranks` threads with checkpoints under `root` (run `name`), resuming from
+/// `resume` when given; returns rank 0's summary.
+fn train_ranks_saving(
+    config: &Config,
+    ranks: usize,
+    name: &str,
+    resume: Option<std::path::PathBuf>,
+) -> RunSummary {
+    let handles: Vec<_> = ThreadWorld::group(ranks)
+        .into_iter()
+        .map(|world| {
+            let (config, name, resume) = (config.clone(), name.to_string(), resume.clone());
+            std::thread::spawn(move || {
+                let options = RunOptions {
+                    resume,
+                    run_name: Some(name),
+                    collective: Some(Arc::new(world)),
+                    ..Default::default()
+                };
+                train(
+                    &config,
+                    &[Device::Cpu],
+                    &options,
+                    &mut MemorySink::default(),
+                )
+                .map_err(|e| cumind::error_chain::error_chain(&e))
+            })
+        })
+        .collect();
+    let mut results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    for r in &results {
+        assert!(r.is_ok(), "{:?}", r.as_ref().err());
+    }
+    results.remove(0).unwrap()
+}
+
+/// The games of each replay shard in a run's newest checkpoint.
+fn shard_games(run_dir: &std::path::Path) -> Vec<usize> {
+    use cumind::checkpoint;
+    let ckpt = checkpoint::load(run_dir, &Device::Cpu).unwrap();
+    (0..checkpoint::replay_shards(&ckpt.metadata))
+        .map(|rank| match rank {
+            0 => ckpt.replay.as_ref().unwrap().num_games(),
+            r => checkpoint::load_replay_shard(&ckpt.dir, &ckpt.metadata, r)
+                .unwrap()
+                .num_games(),
+        })
+        .collect()
+}
+
+/// Every rank's replay memory is saved, a shard per rank, and a resumed run deals the shards
+/// out over its own ranks: on four ranks the third and fourth start empty, on one rank it
+/// holds every game of both shards.
+#[test]
+fn every_rank_s_replay_is_saved_and_dealt_out_on_resume_at_any_rank_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().display().to_string();
+    let config = catch_config(&[
+        "training.max_env_steps=640",
+        "training.eval_interval=0",
+        &format!("training.checkpoint_root_dir={root}"),
+    ]);
+    let two = train_ranks_saving(&config, 2, "two", None);
+    let games = shard_games(&two.run_dir);
+    assert_eq!(games.len(), 2, "one shard per rank");
+    assert!(games.iter().all(|&g| g > 0), "{games:?}");
+    // The budget is spent: each resumed run saves at once what it resumed with.
+    let four = train_ranks_saving(&config, 4, "two", Some(two.run_dir.clone()));
+    assert_eq!(shard_games(&four.run_dir), vec![games[0], games[1], 0, 0]);
+    let one = train(
+        &config,
+        &[Device::Cpu],
+        &RunOptions {
+            resume: Some(four.run_dir.clone()),
+            run_name: Some("two".into()),
+            ..Default::default()
+        },
+        &mut MemorySink::default(),
+    )
+    .unwrap();
+    assert_eq!(shard_games(&one.run_dir), vec![games[0] + games[1]]);
+}
+
 #[test]
 fn rank_0s_evaluation_stops_every_rank_at_the_same_step() {
     // A stop_return every evaluation reaches: rank 0 stops the run at its first evaluation.

@@ -157,6 +157,7 @@ fn write_checkpoint(dir: &Path) {
             optimizer: HashMap::new(),
             optimizer_step: 3,
             replay: Some(&replay),
+            replay_shards: &[],
         },
     )
     .unwrap();

@@ -88,6 +88,19 @@ fn two_ranks_train_catch_and_end_with_identical_parameters() {
     // Rank 0 alone writes: one run directory of checkpoints and one of logs.
     assert_eq!(entries(&dir.path().join("ckpt")).len(), 1, "{all}");
     assert_eq!(entries(&dir.path().join("runs")).len(), 1, "{all}");
+    // Its checkpoint holds both ranks' replay memories, gathered over MPI.
+    let run = dir
+        .path()
+        .join("ckpt")
+        .join(&entries(&dir.path().join("ckpt"))[0]);
+    let ckpt = cumind::checkpoint::load(&run, &candle_core::Device::Cpu).unwrap();
+    assert_eq!(
+        cumind::checkpoint::replay_shards(&ckpt.metadata),
+        2,
+        "{all}"
+    );
+    let shard = cumind::checkpoint::load_replay_shard(&ckpt.dir, &ckpt.metadata, 1).unwrap();
+    assert!(shard.num_games() > 0, "{all}");
 }
 
 /// The rank body of the next test, run by it under mpirun in a copy of this test binary.

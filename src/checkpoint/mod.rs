@@ -144,6 +144,45 @@ pub struct CheckpointData<'a> {
     pub optimizer: HashMap<String, Tensor>,
     pub optimizer_step: usize,
     pub replay: Option<&'a ReplayBuffer>,
+    /// The replay snapshots of ranks 1, 2, ... of a run over several ranks (`replay` is rank
+    /// 0's), already serialised; empty for a run on one process.
+    pub replay_shards: &'a [Vec<u8>],
+}
+
+/// The file of rank `rank`'s replay snapshot (rank 0's is `replay.safetensors`).
+pub fn replay_shard_file(rank: usize) -> String {
+    if rank == 0 {
+        REPLAY.to_string()
+    } else {
+        format!("replay-rank-{rank}.safetensors")
+    }
+}
+
+/// How many ranks' replay snapshots a checkpoint holds: 1 for a run on one process (or none
+/// when it holds no replay), K for a run over K ranks.
+pub fn replay_shards(metadata: &Metadata) -> usize {
+    if !metadata.files.contains_key(REPLAY) && !metadata.files.contains_key(REPLAY_JSON) {
+        return 0;
+    }
+    1 + (1..)
+        .take_while(|&r| metadata.files.contains_key(&replay_shard_file(r)))
+        .count()
+}
+
+/// Rank `rank`'s replay snapshot from the checkpoint in step directory `dir` (1 and up: the
+/// shards of a run over several ranks; rank 0's comes with [`load`]), checked against its
+/// recorded size and CRC.
+pub fn load_replay_shard(
+    dir: &Path,
+    metadata: &Metadata,
+    rank: usize,
+) -> Result<ReplayBuffer, CheckpointError> {
+    let file = replay_shard_file(rank);
+    let bytes = verified_bytes(dir, &file, metadata)?;
+    ReplayBuffer::from_binary(&bytes).map_err(|e| CheckpointError::Corrupt {
+        path: dir.join(&file).display().to_string(),
+        reason: e.to_string(),
+    })
 }
 
 fn digest(path: &Path) -> Result<FileDigest, CheckpointError> {
@@ -245,10 +284,19 @@ fn write_step(
         })?;
         write_synced(&path, &bytes)?;
     }
-    for file in [MODEL, TARGET, OPTIMIZER, REPLAY] {
-        let path = tmp.join(file);
+    let mut names: Vec<String> = [MODEL, TARGET, OPTIMIZER, REPLAY]
+        .iter()
+        .map(|f| f.to_string())
+        .collect();
+    for (i, bytes) in data.replay_shards.iter().enumerate() {
+        let name = replay_shard_file(i + 1);
+        write_synced(&tmp.join(&name), bytes)?;
+        names.push(name);
+    }
+    for file in names {
+        let path = tmp.join(&file);
         if path.exists() {
-            files.insert(file.to_string(), digest(&path)?);
+            files.insert(file, digest(&path)?);
         }
     }
     crash_point("files written");
@@ -636,6 +684,7 @@ mod tests {
                 optimizer: tensors(0.5),
                 optimizer_step: steps as usize,
                 replay: Some(replay),
+                replay_shards: &[],
             },
         )
         .unwrap()
@@ -689,6 +738,7 @@ mod tests {
             optimizer: tensors(0.5),
             optimizer_step: 5,
             replay: Some(&r),
+            replay_shards: &[],
         };
         let step_dir = save(dir.path(), &again).unwrap();
         let ckpt = load(dir.path(), &Device::Cpu).unwrap();
@@ -946,6 +996,7 @@ mod tests {
                 optimizer: HashMap::new(),
                 optimizer_step: 0,
                 replay: Some(&r),
+                replay_shards: &[],
             },
         )
         .unwrap_err()

@@ -54,6 +54,9 @@ pub trait Collective {
     fn min_i64(&self, values: &mut [i64]) -> Result<(), CollectiveError>;
     /// Replace `values` on every rank by rank 0's.
     fn broadcast_f32(&self, values: &mut [f32]) -> Result<(), CollectiveError>;
+    /// Every rank's `bytes` (any length each, at most `i32::MAX`), in rank order, on rank 0;
+    /// an empty list on the other ranks.
+    fn gather_bytes(&self, bytes: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError>;
 
     /// Element-wise mean over the ranks.
     fn average_f32(&self, values: &mut [f32]) -> Result<(), CollectiveError> {

@@ -11,8 +11,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
+use mpi::datatype::PartitionMut;
 use mpi::environment::{Threading, Universe};
 use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::Count;
 
 use super::{Collective, CollectiveError};
 
@@ -165,6 +167,52 @@ impl Collective for MpiWorld {
         self.check_length(values.len())?;
         self.guarded(|| self.world.process_at_rank(0).broadcast_into(values));
         Ok(())
+    }
+
+    fn gather_bytes(&self, bytes: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError> {
+        // MPI counts are 32-bit: every rank learns whether some rank's bytes are too many
+        // before any of them starts the gather.
+        let mut longest = [bytes.len() as i64];
+        self.max_i64(&mut longest)?;
+        if longest[0] > i32::MAX as i64 {
+            return Err(CollectiveError::Other(format!(
+                "cannot gather {} bytes from one rank (MPI counts stop at {})",
+                longest[0],
+                i32::MAX
+            )));
+        }
+        let root = self.world.process_at_rank(0);
+        let len = bytes.len() as Count;
+        if self.rank != 0 {
+            self.guarded(|| {
+                root.gather_into(&len);
+                root.gather_varcount_into(bytes);
+            });
+            return Ok(Vec::new());
+        }
+        let mut counts = vec![0 as Count; self.size];
+        self.guarded(|| root.gather_into_root(&len, &mut counts[..]));
+        let displs: Vec<Count> = counts
+            .iter()
+            .scan(0 as Count, |at, &c| {
+                let start = *at;
+                *at = at.saturating_add(c);
+                Some(start)
+            })
+            .collect();
+        let total: usize = counts.iter().map(|&c| c as usize).sum();
+        let mut all = vec![0u8; total];
+        {
+            let mut parts = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
+            self.guarded(|| root.gather_varcount_into_root(bytes, &mut parts));
+        }
+        let mut out = Vec::with_capacity(self.size);
+        let mut at = 0;
+        for &c in &counts {
+            out.push(all[at..at + c as usize].to_vec());
+            at += c as usize;
+        }
+        Ok(out)
     }
 }
 

@@ -8,6 +8,8 @@ struct Shared {
     barrier: Barrier,
     /// Every rank's contribution to the current operation.
     slots: Mutex<Vec<Vec<f64>>>,
+    /// Every rank's bytes of the current gather.
+    bytes: Mutex<Vec<Vec<u8>>>,
 }
 
 /// One rank of a group of threads that call the same collective operations.
@@ -23,6 +25,7 @@ impl ThreadWorld {
         let shared = Arc::new(Shared {
             barrier: Barrier::new(size),
             slots: Mutex::new(vec![Vec::new(); size]),
+            bytes: Mutex::new(vec![Vec::new(); size]),
         });
         (0..size)
             .map(|rank| ThreadWorld {
@@ -85,11 +88,51 @@ impl Collective for ThreadWorld {
         }
         Ok(())
     }
+
+    fn gather_bytes(&self, bytes: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError> {
+        self.shared.bytes.lock().expect("poisoned")[self.rank] = bytes.to_vec();
+        self.shared.barrier.wait();
+        let all = if self.rank == 0 {
+            let fresh = vec![Vec::new(); self.size];
+            std::mem::replace(&mut *self.shared.bytes.lock().expect("poisoned"), fresh)
+        } else {
+            Vec::new()
+        };
+        // Nobody writes the next gather before rank 0 has taken this one.
+        self.shared.barrier.wait();
+        Ok(all)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rank 0 gets every rank's bytes in rank order (of any lengths, an empty one too), the
+    /// others nothing, and a second gather right after does not mix with the first.
+    #[test]
+    fn three_threads_gather_bytes_on_rank_0() {
+        let handles: Vec<_> = ThreadWorld::group(3)
+            .into_iter()
+            .map(|w| {
+                std::thread::spawn(move || {
+                    let r = w.rank() as u8;
+                    let first = w.gather_bytes(&vec![r; w.rank() * 2]).unwrap();
+                    let second = w.gather_bytes(&[r + 10]).unwrap();
+                    (w.rank(), first, second)
+                })
+            })
+            .collect();
+        for h in handles {
+            let (rank, first, second) = h.join().unwrap();
+            if rank == 0 {
+                assert_eq!(first, vec![vec![], vec![1, 1], vec![2, 2, 2, 2]]);
+                assert_eq!(second, vec![vec![10], vec![11], vec![12]]);
+            } else {
+                assert!(first.is_empty() && second.is_empty());
+            }
+        }
+    }
 
     #[test]
     fn three_threads_sum_average_min_max_and_broadcast() {

@@ -15,8 +15,11 @@
 //! step and averages its gradients with the other ranks' ([`crate::distributed`]). Every
 //! iteration the ranks agree on whether to stop (any rank's budget or interrupt, or rank 0's
 //! evaluation reaching `stop_return`) and on how many training steps to take (the fewest any
-//! rank owes), so they call the same collective operations in the same order. Rank 0 alone
-//! evaluates and writes checkpoints; the others pass `no_checkpoints`.
+//! rank owes), so they call the same collective operations in the same order. The counters
+//! add up every rank's environment steps and episodes. Rank 0 alone evaluates and writes
+//! checkpoints; at each checkpoint the other ranks send it their replay memories, saved as one
+//! shard per rank, and a resumed run deals the shards out over its ranks, whatever their
+//! number.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -64,7 +67,9 @@ pub struct RunOptions {
     pub resume: Option<PathBuf>,
     /// Set to true (for example by Ctrl-C) to stop after the current step with a checkpoint.
     pub stop: Arc<AtomicBool>,
-    /// Write no checkpoint at all (tests and benchmarks).
+    /// Write no checkpoint at all (tests and benchmarks). Over several ranks it must be the
+    /// same on every rank: at each checkpoint every rank sends its replay memory to rank 0,
+    /// which alone writes.
     pub no_checkpoints: bool,
     /// Name of the run directory under `checkpoint_root_dir` (default: [`planned_run_name`]).
     pub run_name: Option<String>,
@@ -163,8 +168,9 @@ pub fn train(
         ));
         // Keep what was learned before the failure; a failed save is reported too.
         if !options.no_checkpoints && run.counters.training_steps > 0 {
-            match run.save_checkpoint() {
-                Ok(dir) => sink.log(&format!(
+            match run.save_checkpoint_alone() {
+                Ok(None) => {}
+                Ok(Some(dir)) => sink.log(&format!(
                     "saved {} before stopping on that error",
                     dir.display()
                 )),
@@ -208,6 +214,8 @@ impl<'a> TrainingRun<'a> {
         let dtype = compute_dtype(config.data_types.model_dtype, device);
         let learner_config =
             components::learner_config(config, components::expected_training_steps(config));
+        let collective = options.collective.clone().filter(|c| c.size() > 1);
+        let (rank, ranks) = collective.as_ref().map_or((0, 1), |c| (c.rank(), c.size()));
         let (mut learner, replay, counters, run_dir) = match &options.resume {
             None => {
                 let network = MuZeroNetwork::new(spec, config.other.seed, device, dtype)?;
@@ -227,9 +235,11 @@ impl<'a> TrainingRun<'a> {
                 let mut learner = Learner::with_devices(network, learner_config, devices)?;
                 let target = MuZeroNetwork::from_tensors(spec, ckpt.target, device, dtype)?;
                 learner.restore(&target, ckpt.optimizer, ckpt.metadata.optimizer_step)?;
-                let mut replay = ckpt
-                    .replay
-                    .unwrap_or_else(|| ReplayBuffer::new(components::replay_config(config, &env)));
+                let mut replay =
+                    resumed_replay(ckpt.replay, &ckpt.dir, &ckpt.metadata, (rank, ranks))?
+                        .unwrap_or_else(|| {
+                            ReplayBuffer::new(components::replay_config(config, &env))
+                        });
                 // Snapshots do not store the symmetries (they come from the environment), and a
                 // resumed run may change its memory budget and off-policy correction.
                 let fresh = components::replay_config(config, &env);
@@ -258,7 +268,6 @@ impl<'a> TrainingRun<'a> {
                 (learner, replay, counters, run_dir)
             }
         };
-        let collective = options.collective.clone().filter(|c| c.size() > 1);
         if let Some(c) = &collective {
             if !config.training.batch_size.is_multiple_of(c.size()) {
                 return Err(TrainError::BatchOverRanks {
@@ -295,17 +304,46 @@ impl<'a> TrainingRun<'a> {
         })
     }
 
-    fn save_checkpoint(&mut self) -> Result<PathBuf> {
-        self.save_into(false)
+    /// A checkpoint of the run. Over several ranks every rank calls this at the same point:
+    /// each sends its replay memory to rank 0, which writes them all into the step directory
+    /// (a shard per rank); the other ranks write nothing and get `None`.
+    fn save_checkpoint(&mut self) -> Result<Option<PathBuf>> {
+        let shards = match &self.collective {
+            Some(c) => {
+                // Rank 0's own memory is written directly, not sent to itself.
+                let mine = if c.rank() == 0 {
+                    Vec::new()
+                } else {
+                    self.replay.to_binary()?
+                };
+                let mut all = c.gather_bytes(&mine)?;
+                if c.rank() != 0 {
+                    return Ok(None);
+                }
+                all.remove(0);
+                all
+            }
+            None => Vec::new(),
+        };
+        self.save_into(false, &shards).map(Some)
+    }
+
+    /// A checkpoint of this process alone (after an error, when the other ranks may not
+    /// answer): rank 0 writes its own replay memory, the other ranks nothing.
+    fn save_checkpoint_alone(&mut self) -> Result<Option<PathBuf>> {
+        if self.rank() != 0 {
+            return Ok(None);
+        }
+        self.save_into(false, &[]).map(Some)
     }
 
     /// The checkpoint of the best evaluation so far: `run_dir/best`, one step directory,
     /// without the replay buffer (for `eval` and `play`; resuming reads the run directory).
     fn save_best_checkpoint(&mut self) -> Result<PathBuf> {
-        self.save_into(true)
+        self.save_into(true, &[])
     }
 
-    fn save_into(&mut self, best: bool) -> Result<PathBuf> {
+    fn save_into(&mut self, best: bool, replay_shards: &[Vec<u8>]) -> Result<PathBuf> {
         let clock = Instant::now();
         let (optimizer, optimizer_step) = self.learner.optimizer().state()?;
         let data = CheckpointData {
@@ -317,6 +355,7 @@ impl<'a> TrainingRun<'a> {
             optimizer,
             optimizer_step,
             replay: (!best).then_some(&self.replay),
+            replay_shards,
         };
         let dir = if best {
             checkpoint::save_keeping(&self.run_dir.join(checkpoint::BEST), &data, 1)?
@@ -914,6 +953,39 @@ fn agree_on_stop(
             .to_string(),
         ),
     }))
+}
+
+/// The replay memory rank `rank` of `ranks` resumes with from a checkpoint holding `S` ranks'
+/// shards (`first` is shard 0, read with the checkpoint): shards `rank`, `rank + ranks`,
+/// `rank + 2 ranks`, ... below `S`, merged in that order (the later shards' games enter as
+/// new games, with fresh priorities), so every saved game goes to exactly one rank at any rank
+/// count; `None` when no shard falls to this rank (more ranks than shards: it starts empty).
+fn resumed_replay(
+    first: Option<ReplayBuffer>,
+    dir: &Path,
+    metadata: &checkpoint::Metadata,
+    (rank, ranks): (usize, usize),
+) -> Result<Option<ReplayBuffer>> {
+    let shards = checkpoint::replay_shards(metadata);
+    let mut mine = (rank..shards).step_by(ranks.max(1));
+    let Some(start) = mine.next() else {
+        return Ok(None);
+    };
+    let mut replay = if start == 0 {
+        match first {
+            Some(replay) => replay,
+            None => return Ok(None),
+        }
+    } else {
+        checkpoint::load_replay_shard(dir, metadata, start)?
+    };
+    for shard in mine {
+        let more = checkpoint::load_replay_shard(dir, metadata, shard)?;
+        for (_, game) in more.games() {
+            replay.save_game(game.clone())?;
+        }
+    }
+    Ok(Some(replay))
 }
 
 /// The seed of a rank's own random streams (self-play, sampling): `seed` itself on rank 0 and

@@ -364,11 +364,12 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
         .context("cannot install the signal handler")?;
     }
     if rank > 0 {
-        // The other ranks train and exchange gradients; rank 0 writes everything.
+        // The other ranks train and exchange gradients; rank 0 writes everything, their
+        // replay memories included (sent to it at each checkpoint).
         let options = RunOptions {
             resume: args.resume.clone(),
             stop,
-            no_checkpoints: true,
+            no_checkpoints: false,
             run_name: Some(format!("rank-{rank}")),
             collective,
         };
