@@ -22,6 +22,9 @@ pub enum ModelError {
     /// Anything the backend (candle, a device) reports.
     #[error("model backend error: {0}")]
     Backend(String),
+    /// A stop was requested while the search ran ([`Interruptible`]).
+    #[error("stopped by a stop request")]
+    Interrupted,
 }
 
 /// What one inference returns for a batch of `B` states.
@@ -69,5 +72,173 @@ pub trait Model {
     /// model cannot be forked, and a large batch is searched as one.
     fn fork(&self) -> Option<Box<dyn Model + Send + '_>> {
         None
+    }
+}
+
+impl<M: Model + ?Sized> Model for Box<M> {
+    fn num_actions(&self) -> usize {
+        (**self).num_actions()
+    }
+
+    fn initial_inference(
+        &mut self,
+        observations: &[f32],
+        batch: usize,
+        capacity: usize,
+    ) -> Result<Prediction, ModelError> {
+        (**self).initial_inference(observations, batch, capacity)
+    }
+
+    fn recurrent_inference(
+        &mut self,
+        parents: &[usize],
+        actions: &[usize],
+        new_node: usize,
+    ) -> Result<Prediction, ModelError> {
+        (**self).recurrent_inference(parents, actions, new_node)
+    }
+
+    fn fork(&self) -> Option<Box<dyn Model + Send + '_>> {
+        (**self).fork()
+    }
+}
+
+/// A model whose every inference first checks a stop flag and fails with
+/// [`ModelError::Interrupted`] once it is set: a search over it ends within one simulation of
+/// a stop request (its forks check the same flag).
+pub struct Interruptible<'s, M> {
+    inner: M,
+    stop: &'s std::sync::atomic::AtomicBool,
+}
+
+impl<'s, M> Interruptible<'s, M> {
+    pub fn new(inner: M, stop: &'s std::sync::atomic::AtomicBool) -> Self {
+        Self { inner, stop }
+    }
+
+    fn check(&self) -> Result<(), ModelError> {
+        if self.stop.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(ModelError::Interrupted);
+        }
+        Ok(())
+    }
+}
+
+impl<M: Model> Model for Interruptible<'_, M> {
+    fn num_actions(&self) -> usize {
+        self.inner.num_actions()
+    }
+
+    fn initial_inference(
+        &mut self,
+        observations: &[f32],
+        batch: usize,
+        capacity: usize,
+    ) -> Result<Prediction, ModelError> {
+        self.check()?;
+        self.inner.initial_inference(observations, batch, capacity)
+    }
+
+    fn recurrent_inference(
+        &mut self,
+        parents: &[usize],
+        actions: &[usize],
+        new_node: usize,
+    ) -> Result<Prediction, ModelError> {
+        self.check()?;
+        self.inner.recurrent_inference(parents, actions, new_node)
+    }
+
+    fn fork(&self) -> Option<Box<dyn Model + Send + '_>> {
+        let inner = self.inner.fork()?;
+        Some(Box::new(Interruptible {
+            inner,
+            stop: self.stop,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use rand::SeedableRng;
+
+    use super::*;
+    use crate::search::{run_search, SearchConfig, SearchError};
+    use crate::testing::models::Bandit;
+
+    /// A bandit that raises the stop flag during its `after`-th recurrent inference.
+    struct RaisesStop<'s> {
+        bandit: Bandit,
+        after: usize,
+        stop: &'s AtomicBool,
+    }
+
+    impl Model for RaisesStop<'_> {
+        fn num_actions(&self) -> usize {
+            self.bandit.num_actions()
+        }
+
+        fn initial_inference(
+            &mut self,
+            observations: &[f32],
+            batch: usize,
+            capacity: usize,
+        ) -> Result<Prediction, ModelError> {
+            self.bandit.initial_inference(observations, batch, capacity)
+        }
+
+        fn recurrent_inference(
+            &mut self,
+            parents: &[usize],
+            actions: &[usize],
+            new_node: usize,
+        ) -> Result<Prediction, ModelError> {
+            if self.bandit.recurrent_calls + 1 == self.after {
+                self.stop.store(true, Ordering::SeqCst);
+            }
+            self.bandit.recurrent_inference(parents, actions, new_node)
+        }
+    }
+
+    /// A search over an interruptible model ends at the first inference after the stop: here
+    /// after the 3rd of 16 simulations, with the model's own error; without a stop it runs all.
+    #[test]
+    fn an_interruptible_search_ends_at_the_first_inference_after_a_stop() {
+        let config = SearchConfig {
+            num_simulations: 16,
+            ..Default::default()
+        };
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let (obs, masks) = (vec![0.0; 2], vec![true; 6]);
+        let stop = AtomicBool::new(false);
+        let mut model = Interruptible::new(
+            RaisesStop {
+                bandit: Bandit::new(3, 1),
+                after: 3,
+                stop: &stop,
+            },
+            &stop,
+        );
+        let out = run_search(&mut model, &config, &obs, 2, &masks, false, &mut rng);
+        assert!(
+            matches!(out, Err(SearchError::Model(ModelError::Interrupted))),
+            "{out:?}"
+        );
+        assert_eq!(model.inner.bandit.recurrent_calls, 3);
+        let calm = AtomicBool::new(false);
+        let mut whole = Interruptible::new(Bandit::new(3, 1), &calm);
+        let out = run_search(&mut whole, &config, &obs, 2, &masks, false, &mut rng).unwrap();
+        assert_eq!(whole.inner.recurrent_calls, 16);
+        assert_eq!(out.policy_targets.len(), 6);
+        // A flag already set stops even the initial inference.
+        let mut refused = Interruptible::new(Bandit::new(3, 1), &stop);
+        let out = run_search(&mut refused, &config, &obs, 2, &masks, false, &mut rng);
+        assert!(matches!(
+            out,
+            Err(SearchError::Model(ModelError::Interrupted))
+        ));
+        assert_eq!(refused.inner.initial_calls, 0);
     }
 }

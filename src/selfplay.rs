@@ -18,7 +18,7 @@ use rayon::prelude::*;
 use cumind_envs::{EnvError, Environment, EpisodeStats, VectorEnv};
 
 use crate::exact_model::search_games;
-use crate::model::ModelError;
+use crate::model::{Interruptible, ModelError};
 use crate::network::{MuZeroNetwork, SearchModel};
 use crate::replay::GameHistory;
 use crate::search::{choose_actions, SearchConfig, SearchError, SearchInput};
@@ -178,6 +178,21 @@ impl Actor {
         search: &SearchConfig,
         temperature: f32,
     ) -> Result<ActorStep, SelfPlayError> {
+        let never = std::sync::atomic::AtomicBool::new(false);
+        self.step_unless(network, search, temperature, &never)?
+            .ok_or(SelfPlayError::Model(ModelError::Interrupted))
+    }
+
+    /// [`Self::step`], abandoned (`None`) when `stop` is set before or during its search: the
+    /// search checks the flag before every simulation, and an abandoned step changes no
+    /// environment and stores nothing (only the actor's random stream has moved on).
+    pub fn step_unless(
+        &mut self,
+        network: &MuZeroNetwork,
+        search: &SearchConfig,
+        temperature: f32,
+        stop: &std::sync::atomic::AtomicBool,
+    ) -> Result<Option<ActorStep>, SelfPlayError> {
         let n = self.envs.len();
         let a = self.num_actions;
         let flat: Vec<f32> = self.observations.concat();
@@ -189,13 +204,17 @@ impl Actor {
             legal_masks: &masks,
             add_noise: true,
         };
-        let out = search_games(
-            &mut SearchModel::new(network),
+        let searched = search_games(
+            &mut Interruptible::new(SearchModel::new(network), stop),
             search,
             &games,
             &input,
             &mut self.rng,
-        )?;
+        );
+        let out = match searched {
+            Err(SearchError::Model(ModelError::Interrupted)) => return Ok(None),
+            other => other?,
+        };
         let mut actions: Vec<usize> = choose_actions(&out, &masks, temperature, &mut self.rng);
         // Environments still in their random opening play a random legal move instead.
         let opening: Vec<bool> = self.opening_left.iter().map(|&left| left > 0).collect();
@@ -317,7 +336,7 @@ impl Actor {
             }
         }
         self.observations = result.observations;
-        Ok(step)
+        Ok(Some(step))
     }
 }
 
@@ -612,7 +631,9 @@ pub struct ActorPoolConfig {
 /// temperature and data are fixed by the seed, and a threaded run is reproducible however the
 /// threads are scheduled.
 pub struct ActorPool {
-    receivers: Vec<Receiver<Result<ActorStep, SelfPlayError>>>,
+    /// Each actor's steps in order; `None` for a step a stop request abandoned (the actor then
+    /// ends).
+    receivers: Vec<Receiver<Result<Option<ActorStep>, SelfPlayError>>>,
     board: Arc<WeightBoard>,
     handles: Vec<JoinHandle<()>>,
     /// Actor steps consumed so far (the next global step).
@@ -624,11 +645,13 @@ pub struct ActorPool {
 impl ActorPool {
     /// Start `config.num_actors` threads, actor `i` seeded with `seed + i * 1_000_003`, each
     /// with its own copy of `network`, and publish the initial weights at `temperature` as
-    /// version 0.
+    /// version 0. Once `stop` is set, each actor abandons the search of the step it is in
+    /// ([`Actor::step_unless`]) and ends.
     pub fn spawn(
         network: &MuZeroNetwork,
         config: &ActorPoolConfig,
         temperature: f32,
+        stop: Arc<std::sync::atomic::AtomicBool>,
     ) -> Result<Self, SelfPlayError> {
         let ActorPoolConfig {
             env_name,
@@ -660,7 +683,7 @@ impl ActorPool {
                 .map_err(ModelError::from)?;
             let (sender, receiver) = sync_channel(1);
             receivers.push(receiver);
-            let (board, search) = (board.clone(), search.clone());
+            let (board, search, stop) = (board.clone(), search.clone(), stop.clone());
             handles.push(std::thread::spawn(move || {
                 let mut weights_id = None;
                 for local in 0u64.. {
@@ -675,9 +698,9 @@ impl ActorPool {
                         }
                         weights_id = Some(published.weights_id);
                     }
-                    let step = actor.step(&network, &search, published.temperature);
-                    let failed = step.is_err();
-                    if sender.send(step).is_err() || failed {
+                    let step = actor.step_unless(&network, &search, published.temperature, &stop);
+                    let last = !matches!(step, Ok(Some(_)));
+                    if sender.send(step).is_err() || last {
                         return;
                     }
                 }
@@ -731,8 +754,9 @@ impl ActorPool {
         Ok(())
     }
 
-    /// The next actor step in round-robin order (blocks until that actor has it ready).
-    pub fn next_step(&mut self) -> Result<ActorStep, SelfPlayError> {
+    /// The next actor step in round-robin order (blocks until that actor has it ready);
+    /// `None` when a stop request abandoned it.
+    pub fn next_step(&mut self) -> Result<Option<ActorStep>, SelfPlayError> {
         assert_eq!(
             self.published,
             self.consumed + 1,

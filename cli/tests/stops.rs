@@ -238,3 +238,31 @@ fn sigterm_during_a_burst_of_training_steps_stops_the_run_before_the_burst_ends(
         "took {took:?} to stop:\n{t}"
     );
 }
+
+/// A stop arriving during a self-play step's search abandons the search, on actor threads
+/// (the default) and in the learner's own thread: here the first step alone (256 games,
+/// 2,000 simulations of a network with 1,024-wide layers: about 100 s on two cores) is
+/// stopped 2 s in, so the checkpoint holds no environment step at all, where a step run to
+/// its end would have stored 256.
+#[test]
+fn sigterm_during_a_self_play_step_abandons_its_search() {
+    for actors in ["1", "0"] {
+        let (_, t) = stop_during(
+            &format!("during_step_{actors}"),
+            &[
+                &format!("self_play.num_actors={actors}"),
+                "network_architecture.hidden_dim=1024",
+                "network_architecture.num_blocks=4",
+                "environment.num_envs=256",
+                "mcts.num_simulations=2000",
+                "training.eval_interval=0",
+                "training.max_env_steps=100000",
+            ],
+            Duration::from_secs(2),
+        );
+        assert!(
+            t.contains("| 0 env steps, 0 training steps"),
+            "{actors} actors: {t}"
+        );
+    }
+}

@@ -415,6 +415,13 @@ impl<'a> TrainingRun<'a> {
                     search: search.clone(),
                 },
                 config.temperature_at(schedule.progress(&self.counters)) as f32,
+                // Alone, a stop abandons the actors' searches; over several ranks every rank
+                // takes its step whole (the ranks must call the same exchanges).
+                if self.collective.is_none() {
+                    options.stop.clone()
+                } else {
+                    Arc::new(AtomicBool::new(false))
+                },
             )?)
         };
         let mut rate = RateMeter::new(&self.counters);
@@ -440,10 +447,22 @@ impl<'a> TrainingRun<'a> {
             let temperature = config.temperature_at(schedule.progress(&self.counters)) as f32;
             let clock = Instant::now();
             let step = match &mut source {
+                // Alone, a stop request abandons the step's search (the loop's top then stops);
+                // over several ranks every rank takes the step, and the next agreement stops.
+                Source::Synchronous(actor) if self.collective.is_none() => {
+                    let network = self.learner.network();
+                    match actor.step_unless(network, &search, temperature, &options.stop)? {
+                        Some(step) => step,
+                        None => continue,
+                    }
+                }
                 Source::Synchronous(actor) => {
                     actor.step(self.learner.network(), &search, temperature)?
                 }
-                Source::Threads(pool) => pool.next_step()?,
+                Source::Threads(pool) => match pool.next_step()? {
+                    Some(step) => step,
+                    None => continue,
+                },
             };
             self.timing.self_play += clock.elapsed().as_secs_f64();
             // The counters hold every rank's steps and episodes, so budgets, evaluation
