@@ -1,7 +1,8 @@
 //! Training over real MPI processes (feature `mpi`; needs Open MPI's `mpirun`): ranks that end
 //! bit-identical, a learner whose two ranks match one process on the global batch, a killed
-//! rank that stops the run with an error naming it, and a resume with a different number of
-//! ranks. The same loop with threads for ranks is tested in `tests/distributed.rs`.
+//! rank that stops the run with an error naming it, a resume with a different number of ranks,
+//! checkpoints holding every rank's replay memory, and the watchdog over work outside the
+//! exchanges. The same loop with threads for ranks is tested in `tests/distributed.rs`.
 //!
 //! `.ci/run` installs Open MPI and runs `cargo test --release --features mpi --test mpi`.
 #![cfg(feature = "mpi")]
@@ -326,4 +327,54 @@ fn ckpt_has_step(root: &Path) -> bool {
     entries(root)
         .iter()
         .any(|run| !step_dirs(&root.join(run)).is_empty())
+}
+
+/// The body of the next test under mpirun, run by it in a copy of this test binary.
+const WATCH_BODY: &str = "CUMIND_MPI_TEST_WATCH_BODY";
+
+/// Work outside the MPI exchanges that waits on the other ranks (`Collective::watched`: what
+/// an NCCL reduction over every rank's GPUs runs under) is under the same watchdog: here rank
+/// 0's watched work stalls past a 2 s timeout, and the rank stops with the watchdog's message
+/// naming that work, which ends the run.
+#[test]
+fn watched_work_that_stalls_past_the_timeout_stops_the_run() {
+    use cumind::distributed::Collective;
+
+    if std::env::var_os(WATCH_BODY).is_none() {
+        let me = std::env::current_exe().unwrap();
+        let out = mpirun_exporting(
+            2,
+            &[WATCH_BODY],
+            me.to_str().unwrap(),
+            &[
+                "--exact",
+                "watched_work_that_stalls_past_the_timeout_stops_the_run",
+                "--nocapture",
+                "--test-threads=1",
+            ],
+        )
+        .env(WATCH_BODY, "1")
+        .output()
+        .unwrap();
+        let all = text(&out);
+        assert!(!out.status.success(), "{all}");
+        assert!(
+            all.lines().any(|l| l.contains("rank 0 of 2 waited")
+                && l.contains("in the test's stalled work")
+                && l.contains("timeout 2 s")),
+            "{all}"
+        );
+        return;
+    }
+
+    let world =
+        cumind::distributed::mpi::MpiWorld::init(Duration::from_secs(2)).expect("MPI starts");
+    if world.rank() == 0 {
+        world.watched("the test's stalled work", &mut || {
+            std::thread::sleep(Duration::from_secs(60))
+        });
+    } else {
+        std::thread::sleep(Duration::from_secs(60));
+    }
+    panic!("rank {}: the watchdog did not stop the run", world.rank());
 }

@@ -58,6 +58,15 @@ pub trait Collective {
     /// an empty list on the other ranks.
     fn gather_bytes(&self, bytes: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError>;
 
+    /// Run `f`, work that waits on the other ranks outside these operations (`what`: an NCCL
+    /// reduction over every rank's GPUs and the device reads that wait for it), under the same
+    /// watchdog as the operations: over MPI a wait past the timeout ends the process with a
+    /// message that names `what`. Without a watchdog, just `f`.
+    fn watched(&self, what: &'static str, f: &mut dyn FnMut()) {
+        let _ = what;
+        f();
+    }
+
     /// Element-wise mean over the ranks.
     fn average_f32(&self, values: &mut [f32]) -> Result<(), CollectiveError> {
         self.sum_f32(values)?;

@@ -23,6 +23,8 @@ use super::{Collective, CollectiveError};
 struct Pending {
     since_ms: AtomicU64,
     operation: AtomicU64,
+    /// What the armed wait is, for the watchdog's message.
+    what: std::sync::Mutex<&'static str>,
 }
 
 /// This process's place in `MPI_COMM_WORLD`. MPI is finalized when it is dropped; all its
@@ -60,6 +62,7 @@ impl MpiWorld {
         let pending = Arc::new(Pending {
             since_ms: AtomicU64::new(0),
             operation: AtomicU64::new(0),
+            what: std::sync::Mutex::new("collective operation"),
         });
         let epoch = Instant::now();
         {
@@ -89,8 +92,14 @@ impl MpiWorld {
 
     /// Run `f` with the watchdog armed.
     fn guarded<T>(&self, f: impl FnOnce() -> T) -> T {
+        self.guarded_as("collective operation", f)
+    }
+
+    /// [`Self::guarded`], the wait named `what` in the watchdog's message.
+    fn guarded_as<T>(&self, what: &'static str, f: impl FnOnce() -> T) -> T {
         let n = self.operations.get() + 1;
         self.operations.set(n);
+        *self.pending.what.lock().unwrap_or_else(|e| e.into_inner()) = what;
         self.pending.operation.store(n, Ordering::SeqCst);
         let now = self.epoch.elapsed().as_millis() as u64;
         self.pending.since_ms.store(now.max(1), Ordering::SeqCst);
@@ -112,10 +121,11 @@ fn watchdog(rank: usize, size: usize, epoch: Instant, timeout: Duration, pending
             epoch.elapsed().as_millis() as u64 - since.min(epoch.elapsed().as_millis() as u64);
         if waited > timeout.as_millis() as u64 {
             eprintln!(
-                "error: rank {rank} of {size} waited {:.0} s in collective operation {} for the \
-                 other ranks (timeout {:.0} s): a rank is lost or stalled; stopping. Resume \
-                 from the last checkpoint with --resume.",
+                "error: rank {rank} of {size} waited {:.0} s in {} {} for the other ranks \
+                 (timeout {:.0} s): a rank is lost or stalled; stopping. Resume from the last \
+                 checkpoint with --resume.",
                 waited as f64 / 1000.0,
+                *pending.what.lock().unwrap_or_else(|e| e.into_inner()),
                 pending.operation.load(Ordering::SeqCst),
                 timeout.as_secs_f64()
             );
@@ -167,6 +177,10 @@ impl Collective for MpiWorld {
         self.check_length(values.len())?;
         self.guarded(|| self.world.process_at_rank(0).broadcast_into(values));
         Ok(())
+    }
+
+    fn watched(&self, what: &'static str, f: &mut dyn FnMut()) {
+        self.guarded_as(what, f);
     }
 
     fn gather_bytes(&self, bytes: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError> {

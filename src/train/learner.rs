@@ -425,9 +425,28 @@ impl Learner {
                     .collect::<Result<Vec<_>, _>>()
             })?
         };
-        let mut per_replica = match self.reduce_on_devices(&results)? {
+        // An NCCL reduction over every rank's GPUs waits on the other ranks outside the MPI
+        // exchanges (in the device read at the end of the step): under the same watchdog.
+        match self.collective.clone().filter(|_| self.nccl_spans_ranks()) {
+            Some(collective) => {
+                let mut out = None;
+                collective.watched("an NCCL reduction", &mut || {
+                    out = Some(self.finish_step(&results));
+                });
+                out.expect("watched work runs")
+            }
+            None => self.finish_step(&results),
+        }
+    }
+
+    /// The rest of a training step after the replicas' gradients: their average (on the
+    /// devices, then over the ranks), the optimizer step, the target refresh and the step's
+    /// one read of its results.
+    fn finish_step(&mut self, results: &[ReplicaResult]) -> Result<TrainStats, NetworkError> {
+        let n = self.replicas.len();
+        let mut per_replica = match self.reduce_on_devices(results)? {
             Some(grads) => grads,
-            None => vec![average_gradients(&results, self.device())?; n],
+            None => vec![average_gradients(results, self.device())?; n],
         };
         if let Some(collective) = self
             .collective
@@ -452,7 +471,7 @@ impl Learner {
         }
         // The step's only read of its results: one copy per replica, the first with the norm.
         let mut values: Vec<LossValues> = Vec::with_capacity(n);
-        for (i, (replica, result)) in self.replicas.iter().zip(&results).enumerate() {
+        for (i, (replica, result)) in self.replicas.iter().zip(results).enumerate() {
             let extra: Vec<&Tensor> = if i == 0 {
                 vec![&report.grad_norm]
             } else {
