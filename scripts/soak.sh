@@ -23,6 +23,17 @@ if [ ! -x "$bin" ]; then
 fi
 dir=${SOAK_DIR:-$(mktemp -d /tmp/cumind-soak.XXXXXX)}
 mkdir -p "$dir"
+# The run works in $dir: a relative --config path is taken from the repository.
+args=()
+previous=
+for arg in "$@"; do
+  if [ "$previous" = --config ] && [ "${arg#/}" = "$arg" ]; then
+    arg=$repo/$arg
+  fi
+  args+=("$arg")
+  previous=$arg
+done
+set -- "${args[@]}"
 cd "$dir"
 echo "soak: ${duration}s in $dir"
 
