@@ -732,36 +732,83 @@ pub fn conv_implicit(
         view::<bf16>(bias.0, bias.1)?,
     );
     let out = output::<bf16>(dev, out_len)?;
-    if k == 1 && o <= FEW_FILTERS {
-        let func =
-            dev.get_or_load_custom_func("cumind_conv1x1_few_bf16", MODULE, ptx::FUSED_KERNELS)?;
-        let mut builder = func.builder();
-        let (positions_i, hw, o_i) = (positions as i32, h * w, o as i32);
-        builder.arg(&xv).arg(&fv).arg(&bv).arg(&out);
-        builder.arg(&positions_i).arg(&c).arg(&hw).arg(&o_i);
-        let config = LaunchConfig {
-            grid_dim: ((positions as u32).div_ceil(ELEMENTWISE_BLOCK), 1, 1),
-            block_dim: (ELEMENTWISE_BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: the argument list matches the kernel's signature; one thread per position
-        // writes its `o` outputs.
-        unsafe { builder.launch(config) }.w()?;
-        return Ok((
-            storage(out, dev),
-            Shape::from((b, o, h as usize, w as usize)),
-        ));
-    }
+    let conv = ConvCall {
+        dev,
+        x: &xv,
+        filters: &fv,
+        bias: &bv,
+        out: &out,
+        b,
+        c,
+        h,
+        w,
+        k,
+        o,
+    };
     let pad = k / 2;
     let halo = pad * (w + pad) + pad;
     let flat = b * ((h + pad) * (w + pad)) as usize;
-    if halo <= STAGED_HALO && flat <= i32::MAX as usize {
-        // The staged kernel, on filters rearranged tap by tap with the channels padded.
+    if k == 1 && o <= FEW_FILTERS {
+        conv.few_filters()?;
+    } else if halo <= STAGED_HALO && flat <= i32::MAX as usize {
+        conv.staged(flat)?;
+    } else {
+        conv.gathering()?;
+    }
+    Ok((
+        storage(out, dev),
+        Shape::from((b, o, h as usize, w as usize)),
+    ))
+}
+
+/// One bf16 convolution's buffers and sizes, checked by [`conv_implicit`], and the three ways
+/// to launch it.
+struct ConvCall<'a> {
+    dev: &'a CudaDevice,
+    x: &'a CudaView<'a, bf16>,
+    filters: &'a CudaView<'a, bf16>,
+    bias: &'a CudaView<'a, bf16>,
+    out: &'a CudaSlice<bf16>,
+    b: usize,
+    c: i32,
+    h: i32,
+    w: i32,
+    k: i32,
+    o: usize,
+}
+
+impl ConvCall<'_> {
+    /// A 1x1 convolution with at most [`FEW_FILTERS`] filters: one thread per position.
+    fn few_filters(&self) -> Result<()> {
+        let positions = self.b * (self.h * self.w) as usize;
+        let func = self.dev.get_or_load_custom_func(
+            "cumind_conv1x1_few_bf16",
+            MODULE,
+            ptx::FUSED_KERNELS,
+        )?;
+        let mut builder = func.builder();
+        let (positions_i, hw, o_i) = (positions as i32, self.h * self.w, self.o as i32);
+        builder
+            .arg(self.x)
+            .arg(self.filters)
+            .arg(self.bias)
+            .arg(self.out);
+        builder.arg(&positions_i).arg(&self.c).arg(&hw).arg(&o_i);
+        // SAFETY: the argument list matches the kernel's signature; one thread per position
+        // writes its `o` outputs.
+        unsafe { builder.launch(thread_per_item(positions)) }.w()?;
+        Ok(())
+    }
+
+    /// The staged kernel over `flat` padded positions, on filters rearranged tap by tap with
+    /// the channels padded to a multiple of [`STAGED_BK`].
+    fn staged(&self, flat: usize) -> Result<()> {
+        let (c, k, o) = (self.c, self.k, self.o);
         let cpad = (c + STAGED_BK - 1) / STAGED_BK * STAGED_BK;
         let taps = k * k;
         let by_tap_len = o * (taps * cpad) as usize;
-        let by_tap = output::<bf16>(dev, by_tap_len)?;
-        let func = dev.get_or_load_custom_func(
+        let by_tap = output::<bf16>(self.dev, by_tap_len)?;
+        let func = self.dev.get_or_load_custom_func(
             "cumind_conv_filters_by_tap_bf16",
             MODULE,
             ptx::FUSED_KERNELS,
@@ -769,75 +816,89 @@ pub fn conv_implicit(
         let mut builder = func.builder();
         let o_i = o as i32;
         builder
-            .arg(&fv)
+            .arg(self.filters)
             .arg(&by_tap)
             .arg(&o_i)
             .arg(&c)
             .arg(&taps)
             .arg(&cpad);
-        let config = LaunchConfig {
-            grid_dim: ((by_tap_len as u32).div_ceil(ELEMENTWISE_BLOCK), 1, 1),
-            block_dim: (ELEMENTWISE_BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        };
         // SAFETY: the argument list matches the kernel's signature; one thread per entry of
         // `by_tap`, each written.
-        unsafe { builder.launch(config) }.w()?;
-        let func = dev.get_or_load_custom_func(
+        unsafe { builder.launch(thread_per_item(by_tap_len)) }.w()?;
+        let func = self.dev.get_or_load_custom_func(
             &format!("cumind_conv_staged_k{k}_bf16"),
             MODULE,
             ptx::FUSED_KERNELS,
         )?;
         let mut builder = func.builder();
-        let boards = b as i32;
-        builder.arg(&xv).arg(&by_tap).arg(&bv).arg(&out);
+        let boards = self.b as i32;
+        builder
+            .arg(self.x)
+            .arg(&by_tap)
+            .arg(self.bias)
+            .arg(self.out);
         builder
             .arg(&boards)
             .arg(&c)
             .arg(&cpad)
-            .arg(&h)
-            .arg(&w)
+            .arg(&self.h)
+            .arg(&self.w)
             .arg(&o_i);
-        let config = LaunchConfig {
-            grid_dim: (
-                (flat as u32).div_ceil(STAGED_BM),
-                (o as u32).div_ceil(CONV_BN),
-                1,
-            ),
-            block_dim: (CONV_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
         // SAFETY: the argument list matches the kernel's signature; every cell of every board
         // is a flat position of one block's tile and is written for every filter (padding
-        // positions are skipped); the halo fits the staging (checked above).
-        unsafe { builder.launch(config) }.w()?;
-    } else {
-        let func = dev.get_or_load_custom_func(
-            &format!("cumind_conv_implicit_k{k}_bf16"),
+        // positions are skipped); the caller checked that the halo fits the staging.
+        unsafe { builder.launch(tile_launch(flat, STAGED_BM, o)) }.w()?;
+        Ok(())
+    }
+
+    /// The gathering kernel (any board width).
+    fn gathering(&self) -> Result<()> {
+        let positions = self.b * (self.h * self.w) as usize;
+        let func = self.dev.get_or_load_custom_func(
+            &format!("cumind_conv_implicit_k{}_bf16", self.k),
             MODULE,
             ptx::FUSED_KERNELS,
         )?;
         let mut builder = func.builder();
-        let (positions_i, o_i) = (positions as i32, o as i32);
-        builder.arg(&xv).arg(&fv).arg(&bv).arg(&out);
-        builder.arg(&positions_i).arg(&c).arg(&h).arg(&w).arg(&o_i);
-        let config = LaunchConfig {
-            grid_dim: (
-                (positions as u32).div_ceil(CONV_BM),
-                (o as u32).div_ceil(CONV_BN),
-                1,
-            ),
-            block_dim: (CONV_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let (positions_i, o_i) = (positions as i32, self.o as i32);
+        builder
+            .arg(self.x)
+            .arg(self.filters)
+            .arg(self.bias)
+            .arg(self.out);
+        builder
+            .arg(&positions_i)
+            .arg(&self.c)
+            .arg(&self.h)
+            .arg(&self.w)
+            .arg(&o_i);
         // SAFETY: the argument list matches the kernel's signature; every output element is
         // written (each position and filter of the grid's tiles, bounds checked in the kernel).
-        unsafe { builder.launch(config) }.w()?;
+        unsafe { builder.launch(tile_launch(positions, CONV_BM, self.o)) }.w()?;
+        Ok(())
     }
-    Ok((
-        storage(out, dev),
-        Shape::from((b, o, h as usize, w as usize)),
-    ))
+}
+
+/// One thread per item for kernels without a grid-stride loop (no cap on the blocks).
+fn thread_per_item(n: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((n as u32).div_ceil(ELEMENTWISE_BLOCK).max(1), 1, 1),
+        block_dim: (ELEMENTWISE_BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// The grid of a convolution kernel: blocks of `per_block` positions by [`CONV_BN`] filters.
+fn tile_launch(positions: usize, per_block: u32, filters: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (
+            (positions as u32).div_ceil(per_block),
+            (filters as u32).div_ceil(CONV_BN),
+            1,
+        ),
+        block_dim: (CONV_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 /// `threads` threads (a grid-stride loop) writing `out_shape` from the contiguous `input`.
