@@ -4,9 +4,11 @@
 //! Layout under a run directory:
 //! ```text
 //! <run>/step-000001234/{metadata.json, model.safetensors, target.safetensors,
-//!                       optimizer.safetensors, replay.safetensors}
+//!                       optimizer.safetensors, replay.safetensors,
+//!                       replay-rank-1.safetensors, ...}
 //! <run>/latest          -> "step-000001234"
 //! ```
+//! (`replay-rank-R.safetensors`: rank R's replay memory, in a run over several MPI ranks.)
 //! Every checkpoint is written into a temporary directory that is renamed into place, and
 //! `latest` is replaced by rename, so a crash or a failed write at any moment leaves the
 //! previous checkpoint intact and `latest` pointing at it; a failed save removes its temporary
