@@ -52,6 +52,7 @@ const NAMES: &[&str] = &[
     "TicTacToe",
     "ConnectFour",
     "Catch",
+    "MinAtar/Breakout-v1",
 ];
 
 /// The names of the built-in environments ([`all_names`] adds the registered ones).
@@ -68,6 +69,7 @@ pub fn make(name: &str) -> Result<Box<dyn Environment>, EnvError> {
         "MountainCar-v0" => Box::new(MountainCar::new()),
         "TicTacToe" => Box::new(TicTacToe::new()),
         "ConnectFour" => Box::new(ConnectFour::new()),
+        "MinAtar/Breakout-v1" => Box::new(crate::Breakout::new()),
         "Catch" => Box::new(Catch::new()),
         _ => {
             let factory = registered()

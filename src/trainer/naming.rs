@@ -40,7 +40,20 @@ pub(super) fn run_name(config: &Config) -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    format!("{}-{secs}", config.environment.env_name)
+    // Environment names may hold a namespace (`MinAtar/Breakout-v1`): one directory level.
+    let env: String = config
+        .environment
+        .env_name
+        .chars()
+        .map(|c| {
+            if matches!(c, '/' | '\\' | ':') {
+                '-'
+            } else {
+                c
+            }
+        })
+        .collect();
+    format!("{env}-{secs}")
 }
 
 /// The first of `base`, `base-2`, `base-3`, ... with no directory under `log_root` whose
@@ -84,6 +97,15 @@ mod tests {
         std::fs::create_dir_all(logs.join("Run-7-2")).unwrap();
         assert_eq!(claim_name(&checkpoints, &logs, "Run-7").unwrap(), "Run-7-3");
         assert_eq!(claim_name(&checkpoints, &logs, "Run-7").unwrap(), "Run-7-4");
+    }
+
+    #[test]
+    fn a_namespaced_environment_name_makes_one_directory_level() {
+        let mut config = Config::default_config();
+        config.environment.env_name = "MinAtar/Breakout-v1".into();
+        let name = run_name(&config);
+        assert!(name.starts_with("MinAtar-Breakout-v1-"), "{name}");
+        assert!(!name.contains('/'));
     }
 
     #[test]
