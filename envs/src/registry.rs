@@ -53,6 +53,7 @@ const NAMES: &[&str] = &[
     "ConnectFour",
     "Catch",
     "MinAtar/Breakout-v1",
+    "MinAtar/Asterix-v1",
 ];
 
 /// The names of the built-in environments ([`all_names`] adds the registered ones).
@@ -70,6 +71,7 @@ pub fn make(name: &str) -> Result<Box<dyn Environment>, EnvError> {
         "TicTacToe" => Box::new(TicTacToe::new()),
         "ConnectFour" => Box::new(ConnectFour::new()),
         "MinAtar/Breakout-v1" => Box::new(crate::Breakout::new()),
+        "MinAtar/Asterix-v1" => Box::new(crate::Asterix::new()),
         "Catch" => Box::new(Catch::new()),
         _ => {
             let factory = registered()

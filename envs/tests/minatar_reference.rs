@@ -3,7 +3,7 @@
 //! the same reward, terminal flag and observation at every step, its sticky actions and other
 //! random draws included (the games draw from a reproduction of numpy's stream).
 
-use cumind_envs::{Breakout, Environment};
+use cumind_envs::{Asterix, Breakout, Environment};
 use serde_json::Value;
 
 fn reference(game: &str) -> Value {
@@ -73,4 +73,10 @@ fn replay(game: &str, env: &mut dyn Environment) -> usize {
 fn breakout_replays_the_package_s_trajectories() {
     let steps = replay("breakout", &mut Breakout::new());
     assert!(steps > 300, "{steps} steps compared");
+}
+
+#[test]
+fn asterix_replays_the_package_s_trajectories() {
+    let steps = replay("asterix", &mut Asterix::new());
+    assert!(steps > 1000, "{steps} steps compared");
 }

@@ -11,8 +11,10 @@
 //! where set); all six actions are accepted (no-op, left, up, right, down, fire), and with
 //! probability 0.1 a step repeats the previous action instead (sticky actions).
 
+mod asterix;
 mod breakout;
 
+pub use asterix::Asterix;
 pub use breakout::Breakout;
 
 use rand_mt::Mt;
