@@ -54,6 +54,7 @@ const NAMES: &[&str] = &[
     "Catch",
     "MinAtar/Breakout-v1",
     "MinAtar/Asterix-v1",
+    "MinAtar/Freeway-v1",
 ];
 
 /// The names of the built-in environments ([`all_names`] adds the registered ones).
@@ -72,6 +73,7 @@ pub fn make(name: &str) -> Result<Box<dyn Environment>, EnvError> {
         "ConnectFour" => Box::new(ConnectFour::new()),
         "MinAtar/Breakout-v1" => Box::new(crate::Breakout::new()),
         "MinAtar/Asterix-v1" => Box::new(crate::Asterix::new()),
+        "MinAtar/Freeway-v1" => Box::new(crate::Freeway::new()),
         "Catch" => Box::new(Catch::new()),
         _ => {
             let factory = registered()

@@ -3,7 +3,7 @@
 //! the same reward, terminal flag and observation at every step, its sticky actions and other
 //! random draws included (the games draw from a reproduction of numpy's stream).
 
-use cumind_envs::{Asterix, Breakout, Environment};
+use cumind_envs::{Asterix, Breakout, Environment, Freeway};
 use serde_json::Value;
 
 fn reference(game: &str) -> Value {
@@ -79,4 +79,10 @@ fn breakout_replays_the_package_s_trajectories() {
 fn asterix_replays_the_package_s_trajectories() {
     let steps = replay("asterix", &mut Asterix::new());
     assert!(steps > 1000, "{steps} steps compared");
+}
+
+#[test]
+fn freeway_replays_the_package_s_trajectories() {
+    let steps = replay("freeway", &mut Freeway::new());
+    assert!(steps > 5000, "{steps} steps compared");
 }

@@ -13,9 +13,11 @@
 
 mod asterix;
 mod breakout;
+mod freeway;
 
 pub use asterix::Asterix;
 pub use breakout::Breakout;
+pub use freeway::Freeway;
 
 use rand_mt::Mt;
 
