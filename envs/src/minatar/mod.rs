@@ -14,10 +14,12 @@
 mod asterix;
 mod breakout;
 mod freeway;
+mod space_invaders;
 
 pub use asterix::Asterix;
 pub use breakout::Breakout;
 pub use freeway::Freeway;
+pub use space_invaders::SpaceInvaders;
 
 use rand_mt::Mt;
 
