@@ -55,7 +55,7 @@ pub use catch::Catch;
 pub use check::{check_env, check_env_with, CheckOptions, CheckReport, Violation};
 pub use connect_four::ConnectFour;
 pub use env::{EnvError, Environment, Info, Space, StepResult, Symmetry};
-pub use minatar::{Asterix, Breakout, Freeway, SpaceInvaders};
+pub use minatar::{Asterix, Breakout, Freeway, Seaquest, SpaceInvaders};
 pub use mountain_car::MountainCar;
 pub use registry::{all_names, make, names, register, EnvFactory};
 pub use tictactoe::TicTacToe;

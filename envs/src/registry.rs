@@ -55,6 +55,7 @@ const NAMES: &[&str] = &[
     "MinAtar/Breakout-v1",
     "MinAtar/Asterix-v1",
     "MinAtar/Freeway-v1",
+    "MinAtar/Seaquest-v1",
     "MinAtar/SpaceInvaders-v1",
 ];
 
@@ -75,6 +76,7 @@ pub fn make(name: &str) -> Result<Box<dyn Environment>, EnvError> {
         "MinAtar/Breakout-v1" => Box::new(crate::Breakout::new()),
         "MinAtar/Asterix-v1" => Box::new(crate::Asterix::new()),
         "MinAtar/Freeway-v1" => Box::new(crate::Freeway::new()),
+        "MinAtar/Seaquest-v1" => Box::new(crate::Seaquest::new()),
         "MinAtar/SpaceInvaders-v1" => Box::new(crate::SpaceInvaders::new()),
         "Catch" => Box::new(Catch::new()),
         _ => {

@@ -3,7 +3,7 @@
 //! the same reward, terminal flag and observation at every step, its sticky actions and other
 //! random draws included (the games draw from a reproduction of numpy's stream).
 
-use cumind_envs::{Asterix, Breakout, Environment, Freeway, SpaceInvaders};
+use cumind_envs::{Asterix, Breakout, Environment, Freeway, Seaquest, SpaceInvaders};
 use serde_json::Value;
 
 fn reference(game: &str) -> Value {
@@ -90,5 +90,11 @@ fn freeway_replays_the_package_s_trajectories() {
 #[test]
 fn space_invaders_replays_the_package_s_trajectories() {
     let steps = replay("space_invaders", &mut SpaceInvaders::new());
+    assert!(steps > 1000, "{steps} steps compared");
+}
+
+#[test]
+fn seaquest_replays_the_package_s_trajectories() {
+    let steps = replay("seaquest", &mut Seaquest::new());
     assert!(steps > 1000, "{steps} steps compared");
 }
