@@ -57,6 +57,11 @@ const NAMES: &[&str] = &[
     "MinAtar/Freeway-v1",
     "MinAtar/Seaquest-v1",
     "MinAtar/SpaceInvaders-v1",
+    "MinAtar/Breakout-v0",
+    "MinAtar/Asterix-v0",
+    "MinAtar/Freeway-v0",
+    "MinAtar/Seaquest-v0",
+    "MinAtar/SpaceInvaders-v0",
 ];
 
 /// The names of the built-in environments ([`all_names`] adds the registered ones).
@@ -78,6 +83,11 @@ pub fn make(name: &str) -> Result<Box<dyn Environment>, EnvError> {
         "MinAtar/Freeway-v1" => Box::new(crate::Freeway::new()),
         "MinAtar/Seaquest-v1" => Box::new(crate::Seaquest::new()),
         "MinAtar/SpaceInvaders-v1" => Box::new(crate::SpaceInvaders::new()),
+        "MinAtar/Breakout-v0" => Box::new(crate::Breakout::with_all_actions()),
+        "MinAtar/Asterix-v0" => Box::new(crate::Asterix::with_all_actions()),
+        "MinAtar/Freeway-v0" => Box::new(crate::Freeway::with_all_actions()),
+        "MinAtar/Seaquest-v0" => Box::new(crate::Seaquest::with_all_actions()),
+        "MinAtar/SpaceInvaders-v0" => Box::new(crate::SpaceInvaders::with_all_actions()),
         "Catch" => Box::new(Catch::new()),
         _ => {
             let factory = registered()

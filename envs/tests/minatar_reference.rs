@@ -1,7 +1,9 @@
 //! Replays MinAtar trajectories recorded from the `minatar` package 1.0.15 (see
 //! `tests/data/README.md`): seeded the same way, given the same actions, each game must give
 //! the same reward, terminal flag and observation at every step, its sticky actions and other
-//! random draws included (the games draw from a reproduction of numpy's stream).
+//! random draws included (the games draw from a reproduction of numpy's stream). The recordings
+//! use the package's own action numbers, which are the actions of the `-v0` environments (all
+//! six); a `-v1` environment maps its minimal action set onto them.
 
 use cumind_envs::{Asterix, Breakout, Environment, Freeway, Seaquest, SpaceInvaders};
 use serde_json::Value;
@@ -71,30 +73,61 @@ fn replay(game: &str, env: &mut dyn Environment) -> usize {
 
 #[test]
 fn breakout_replays_the_package_s_trajectories() {
-    let steps = replay("breakout", &mut Breakout::new());
+    let steps = replay("breakout", &mut Breakout::with_all_actions());
     assert!(steps > 300, "{steps} steps compared");
 }
 
 #[test]
 fn asterix_replays_the_package_s_trajectories() {
-    let steps = replay("asterix", &mut Asterix::new());
+    let steps = replay("asterix", &mut Asterix::with_all_actions());
     assert!(steps > 1000, "{steps} steps compared");
 }
 
 #[test]
 fn freeway_replays_the_package_s_trajectories() {
-    let steps = replay("freeway", &mut Freeway::new());
+    let steps = replay("freeway", &mut Freeway::with_all_actions());
     assert!(steps > 5000, "{steps} steps compared");
 }
 
 #[test]
 fn space_invaders_replays_the_package_s_trajectories() {
-    let steps = replay("space_invaders", &mut SpaceInvaders::new());
+    let steps = replay("space_invaders", &mut SpaceInvaders::with_all_actions());
     assert!(steps > 1000, "{steps} steps compared");
 }
 
 #[test]
 fn seaquest_replays_the_package_s_trajectories() {
-    let steps = replay("seaquest", &mut Seaquest::new());
+    let steps = replay("seaquest", &mut Seaquest::with_all_actions());
     assert!(steps > 1000, "{steps} steps compared");
+}
+
+/// `MinAtar/<Game>-v1` takes the package's minimal action set (as the package registers it
+/// with Gymnasium): its action `i` is the `-v0` action `MINIMAL_ACTIONS[i]`, step for step,
+/// sticky actions included.
+#[test]
+fn the_v1_games_take_the_minimal_action_sets() {
+    use cumind_envs::minatar::{Game, MinAtar};
+    fn same<G: Game>(sizes: usize) {
+        let (mut v1, mut v0) = (MinAtar::<G>::new(), MinAtar::<G>::with_all_actions());
+        assert_eq!(v1.action_space().n(), Some(sizes), "{}", v1.name());
+        assert_eq!(v0.action_space().n(), Some(6));
+        assert!(v1.name().ends_with("-v1") && v0.name().ends_with("-v0"));
+        for seed in 0..3 {
+            assert_eq!(v1.reset(Some(seed)).0, v0.reset(Some(seed)).0);
+            for t in 0..300 {
+                let i = (t * 7 + seed as usize) % sizes;
+                let (a, b) = (v1.step(i).unwrap(), v0.step(G::MINIMAL_ACTIONS[i]).unwrap());
+                assert_eq!(a.observation, b.observation, "{} step {t}", v1.name());
+                assert_eq!((a.reward, a.terminated), (b.reward, b.terminated));
+                if a.terminated {
+                    break;
+                }
+            }
+        }
+    }
+    same::<cumind_envs::minatar::BreakoutGame>(3);
+    same::<cumind_envs::minatar::AsterixGame>(5);
+    same::<cumind_envs::minatar::FreewayGame>(3);
+    same::<cumind_envs::minatar::SeaquestGame>(6);
+    same::<cumind_envs::minatar::SpaceInvadersGame>(4);
 }

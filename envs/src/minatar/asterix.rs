@@ -1,7 +1,6 @@
 //! MinAtar Asterix.
 
-use super::{cell, NumpyRandom, NUM_ACTIONS, SIZE, STICKY_ACTION_PROB};
-use crate::env::{check_range, EnvError, Environment, Info, Space, StepResult};
+use super::{cell, Game, NumpyRandom, SIZE};
 
 const PLAYER: usize = 0;
 const ENEMY: usize = 1;
@@ -33,7 +32,7 @@ struct Entity {
 /// player; no-op (0) and fire (5) do nothing. Channels: player, enemy, trail (the cell an
 /// entity came from), gold.
 #[derive(Debug, Clone)]
-pub struct Asterix {
+pub struct AsterixGame {
     player_x: i32,
     player_y: i32,
     entities: [Option<Entity>; 8],
@@ -45,44 +44,15 @@ pub struct Asterix {
     ramp_index: i32,
     ramping: bool,
     terminal: bool,
-    last_action: usize,
-    rng: NumpyRandom,
 }
 
-impl Default for Asterix {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Asterix {
-    /// A game with the difficulty ramp, reset with seed 0.
-    pub fn new() -> Self {
-        let mut env = Self {
-            player_x: 0,
-            player_y: 0,
-            entities: [None; 8],
-            spawn_speed: 0,
-            spawn_timer: 0,
-            move_speed: 0,
-            move_timer: 0,
-            ramp_timer: 0,
-            ramp_index: 0,
-            ramping: true,
-            terminal: false,
-            last_action: 0,
-            rng: NumpyRandom::new(0),
-        };
-        env.reset(Some(0));
-        env
-    }
-
+impl AsterixGame {
     /// The steps the difficulty ramp has taken.
     pub fn difficulty(&self) -> i32 {
         self.ramp_index
     }
 
-    fn observation(&self) -> Vec<f32> {
+    fn planes(&self) -> Vec<f32> {
         let mut obs = vec![0.0; CHANNELS * SIZE * SIZE];
         obs[cell(PLAYER, self.player_y as usize, self.player_x as usize)] = 1.0;
         for e in self.entities.iter().flatten() {
@@ -98,16 +68,16 @@ impl Asterix {
 
     /// Something new on a random free row from a random side (two draws even when every row
     /// is taken, then none).
-    fn spawn(&mut self) {
-        let right = self.rng.rand() < 0.5;
-        let gold = self.rng.rand() < 1.0 / 3.0;
+    fn spawn(&mut self, rng: &mut NumpyRandom) {
+        let right = rng.rand() < 0.5;
+        let gold = rng.rand() < 1.0 / 3.0;
         let free: Vec<usize> = (0..self.entities.len())
             .filter(|&i| self.entities[i].is_none())
             .collect();
         if free.is_empty() {
             return;
         }
-        let slot = free[self.rng.randint(0, free.len() as i64) as usize];
+        let slot = free[rng.randint(0, free.len() as i64) as usize];
         self.entities[slot] = Some(Entity {
             x: if right { 0 } else { SIZE as i32 - 1 },
             y: slot as i32 + 1,
@@ -133,10 +103,10 @@ impl Asterix {
     }
 
     /// The game's own step, after the sticky action is resolved: the reward.
-    fn act(&mut self, action: usize) -> f64 {
+    fn step_game(&mut self, action: usize, rng: &mut NumpyRandom) -> f64 {
         let mut reward = 0.0;
         if self.spawn_timer == 0 {
-            self.spawn();
+            self.spawn(rng);
             self.spawn_timer = self.spawn_speed;
         }
         match action {
@@ -181,17 +151,28 @@ impl Asterix {
     }
 }
 
-impl Environment for Asterix {
-    fn name(&self) -> &str {
-        "MinAtar/Asterix-v1"
+impl Game for AsterixGame {
+    const NAME: &'static str = "Asterix";
+    const CHANNELS: usize = CHANNELS;
+    const MINIMAL_ACTIONS: &'static [usize] = &[0, 1, 2, 3, 4];
+
+    fn blank() -> Self {
+        Self {
+            player_x: 0,
+            player_y: 0,
+            entities: [None; 8],
+            spawn_speed: 0,
+            spawn_timer: 0,
+            move_speed: 0,
+            move_timer: 0,
+            ramp_timer: 0,
+            ramp_index: 0,
+            ramping: true,
+            terminal: false,
+        }
     }
 
-    fn reset(&mut self, seed: Option<u64>) -> (Vec<f32>, Info) {
-        if let Some(seed) = seed {
-            // As in Breakout: a seeded reset is the package's fresh environment after `seed()`.
-            self.rng = NumpyRandom::new(seed);
-            self.last_action = 0;
-        }
+    fn reset(&mut self, _rng: &mut NumpyRandom) {
         self.player_x = 5;
         self.player_y = 5;
         self.entities = [None; 8];
@@ -202,40 +183,18 @@ impl Environment for Asterix {
         self.ramp_timer = RAMP_INTERVAL;
         self.ramp_index = 0;
         self.terminal = false;
-        (self.observation(), Info::new())
     }
 
-    fn step(&mut self, action: usize) -> Result<StepResult, EnvError> {
-        if self.terminal {
-            return Err(EnvError::EpisodeOver);
-        }
-        check_range(action, NUM_ACTIONS)?;
-        let action = if self.rng.rand() < STICKY_ACTION_PROB {
-            self.last_action
-        } else {
-            action
-        };
-        self.last_action = action;
-        let reward = self.act(action);
-        Ok(StepResult {
-            observation: self.observation(),
-            reward,
-            terminated: self.terminal,
-            truncated: false,
-            info: Info::new(),
-        })
+    fn act(&mut self, action: usize, rng: &mut NumpyRandom) -> f64 {
+        self.step_game(action, rng)
     }
 
-    fn action_space(&self) -> Space {
-        Space::Discrete { n: NUM_ACTIONS }
+    fn terminal(&self) -> bool {
+        self.terminal
     }
 
-    fn observation_space(&self) -> Space {
-        Space::uniform_box(0.0, 1.0, vec![CHANNELS, SIZE, SIZE])
-    }
-
-    fn max_episode_steps(&self) -> Option<usize> {
-        None
+    fn observation(&self) -> Vec<f32> {
+        self.planes()
     }
 
     fn render(&self) -> String {
@@ -248,9 +207,5 @@ impl Environment for Asterix {
             .map(|r| r.iter().collect::<String>())
             .collect::<Vec<_>>()
             .join("\n")
-    }
-
-    fn clone_box(&self) -> Box<dyn Environment> {
-        Box::new(self.clone())
     }
 }

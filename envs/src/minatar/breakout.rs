@@ -1,7 +1,6 @@
 //! MinAtar Breakout.
 
-use super::{cell, NumpyRandom, NUM_ACTIONS, SIZE, STICKY_ACTION_PROB};
-use crate::env::{check_range, EnvError, Environment, Info, Space, StepResult};
+use super::{cell, Game, NumpyRandom, SIZE};
 
 const PADDLE: usize = 0;
 const BALL: usize = 1;
@@ -18,7 +17,7 @@ const CHANNELS: usize = 4;
 /// nothing. Channels: paddle, ball, trail (the ball's previous cell), brick. No difficulty
 /// ramp and no time limit.
 #[derive(Debug, Clone)]
-pub struct Breakout {
+pub struct BreakoutGame {
     ball_x: i32,
     ball_y: i32,
     /// 0: up-left, 1: up-right, 2: down-right, 3: down-left.
@@ -29,37 +28,10 @@ pub struct Breakout {
     last_x: i32,
     last_y: i32,
     terminal: bool,
-    last_action: usize,
-    rng: NumpyRandom,
 }
 
-impl Default for Breakout {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Breakout {
-    /// A game reset with seed 0.
-    pub fn new() -> Self {
-        let mut env = Self {
-            ball_x: 0,
-            ball_y: 0,
-            ball_dir: 0,
-            paddle: 0,
-            bricks: [[false; SIZE]; SIZE],
-            strike: false,
-            last_x: 0,
-            last_y: 0,
-            terminal: false,
-            last_action: 0,
-            rng: NumpyRandom::new(0),
-        };
-        env.reset(Some(0));
-        env
-    }
-
-    fn observation(&self) -> Vec<f32> {
+impl BreakoutGame {
+    fn planes(&self) -> Vec<f32> {
         let mut obs = vec![0.0; CHANNELS * SIZE * SIZE];
         obs[cell(BALL, self.ball_y as usize, self.ball_x as usize)] = 1.0;
         obs[cell(PADDLE, SIZE - 1, self.paddle as usize)] = 1.0;
@@ -81,7 +53,7 @@ impl Breakout {
     }
 
     /// The game's own step, after the sticky action is resolved: the reward.
-    fn act(&mut self, action: usize) -> f64 {
+    fn step_game(&mut self, action: usize) -> f64 {
         let mut reward = 0.0;
         match action {
             1 => self.paddle = (self.paddle - 1).max(0),
@@ -132,21 +104,28 @@ impl Breakout {
     }
 }
 
-impl Environment for Breakout {
-    fn name(&self) -> &str {
-        "MinAtar/Breakout-v1"
+impl Game for BreakoutGame {
+    const NAME: &'static str = "Breakout";
+    const CHANNELS: usize = CHANNELS;
+    const MINIMAL_ACTIONS: &'static [usize] = &[0, 1, 3];
+
+    fn blank() -> Self {
+        Self {
+            ball_x: 0,
+            ball_y: 0,
+            ball_dir: 0,
+            paddle: 0,
+            bricks: [[false; SIZE]; SIZE],
+            strike: false,
+            last_x: 0,
+            last_y: 0,
+            terminal: false,
+        }
     }
 
-    fn reset(&mut self, seed: Option<u64>) -> (Vec<f32>, Info) {
-        if let Some(seed) = seed {
-            // A seeded reset starts as the package's fresh environment does after `seed()`;
-            // an unseeded one keeps the previous action for the first sticky draw, as the
-            // package does.
-            self.rng = NumpyRandom::new(seed);
-            self.last_action = 0;
-        }
+    fn reset(&mut self, rng: &mut NumpyRandom) {
         self.ball_y = 3;
-        (self.ball_x, self.ball_dir) = [(0, 2), (9, 3)][self.rng.randint(0, 2) as usize];
+        (self.ball_x, self.ball_dir) = [(0, 2), (9, 3)][rng.randint(0, 2) as usize];
         self.paddle = 4;
         self.bricks = [[false; SIZE]; SIZE];
         self.fill_bricks();
@@ -154,40 +133,18 @@ impl Environment for Breakout {
         self.last_x = self.ball_x;
         self.last_y = self.ball_y;
         self.terminal = false;
-        (self.observation(), Info::new())
     }
 
-    fn step(&mut self, action: usize) -> Result<StepResult, EnvError> {
-        if self.terminal {
-            return Err(EnvError::EpisodeOver);
-        }
-        check_range(action, NUM_ACTIONS)?;
-        let action = if self.rng.rand() < STICKY_ACTION_PROB {
-            self.last_action
-        } else {
-            action
-        };
-        self.last_action = action;
-        let reward = self.act(action);
-        Ok(StepResult {
-            observation: self.observation(),
-            reward,
-            terminated: self.terminal,
-            truncated: false,
-            info: Info::new(),
-        })
+    fn act(&mut self, action: usize, _rng: &mut NumpyRandom) -> f64 {
+        self.step_game(action)
     }
 
-    fn action_space(&self) -> Space {
-        Space::Discrete { n: NUM_ACTIONS }
+    fn terminal(&self) -> bool {
+        self.terminal
     }
 
-    fn observation_space(&self) -> Space {
-        Space::uniform_box(0.0, 1.0, vec![CHANNELS, SIZE, SIZE])
-    }
-
-    fn max_episode_steps(&self) -> Option<usize> {
-        None
+    fn observation(&self) -> Vec<f32> {
+        self.planes()
     }
 
     fn render(&self) -> String {
@@ -211,46 +168,47 @@ impl Environment for Breakout {
             .collect::<Vec<_>>()
             .join("\n")
     }
-
-    fn clone_box(&self) -> Box<dyn Environment> {
-        Box::new(self.clone())
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::env::{EnvError, Environment};
+    use crate::minatar::Breakout;
 
     /// A game with the ball at `(x, y)` heading `dir` and the paddle at `paddle` (stepped with
-    /// the game's own `act`, no sticky draw).
-    fn game(x: i32, y: i32, dir: usize, paddle: i32) -> Breakout {
-        let mut env = Breakout::new();
-        (env.ball_x, env.ball_y, env.ball_dir, env.paddle) = (x, y, dir, paddle);
-        (env.last_x, env.last_y) = (x, y);
-        env
+    /// the game's own step, no sticky draw).
+    fn game(x: i32, y: i32, dir: usize, paddle: i32) -> BreakoutGame {
+        let mut game = BreakoutGame::blank();
+        game.reset(&mut NumpyRandom::new(0));
+        (game.ball_x, game.ball_y, game.ball_dir, game.paddle) = (x, y, dir, paddle);
+        (game.last_x, game.last_y) = (x, y);
+        game
     }
 
     /// The last brick broken, the bricks come back when the ball next reaches the bottom row,
     /// where the paddle under it sends it back up.
     #[test]
     fn the_bricks_come_back_once_all_are_broken_and_the_paddle_returns_the_ball() {
-        let mut env = game(4, 8, 2, 5);
-        env.bricks = [[false; SIZE]; SIZE];
-        let reward = env.act(0);
+        let mut game = game(4, 8, 2, 5);
+        game.bricks = [[false; SIZE]; SIZE];
+        let reward = game.step_game(0);
         assert_eq!(reward, 0.0);
-        assert!(env.bricks[1..4].iter().all(|row| row.iter().all(|&b| b)));
-        assert!(env.bricks[4..].iter().all(|row| row.iter().all(|&b| !b)));
-        assert!(!env.terminal);
+        assert!(game.bricks[1..4].iter().all(|row| row.iter().all(|&b| b)));
+        assert!(game.bricks[4..].iter().all(|row| row.iter().all(|&b| !b)));
+        assert!(!game.terminal);
         // Met by the paddle's edge: sent back the way it came (up and to the left), from row 8.
-        assert_eq!((env.ball_x, env.ball_y, env.ball_dir), (5, 8, 0));
+        assert_eq!((game.ball_x, game.ball_y, game.ball_dir), (5, 8, 0));
     }
 
-    /// A ball that reaches the bottom row away from the paddle ends the episode.
+    /// A ball that reaches the bottom row away from the paddle ends the episode, and the
+    /// environment then refuses to step.
     #[test]
     fn a_missed_ball_ends_the_episode() {
-        let mut env = game(1, 8, 2, 7);
-        env.act(0);
-        assert!(env.terminal);
+        let mut env = Breakout::new();
+        env.game = game(1, 8, 2, 7);
+        let out = env.step(0).unwrap();
+        assert!(out.terminated);
         assert!(matches!(env.step(0), Err(EnvError::EpisodeOver)));
     }
 }

@@ -1,7 +1,6 @@
 //! MinAtar Freeway.
 
-use super::{cell, NumpyRandom, NUM_ACTIONS, SIZE, STICKY_ACTION_PROB};
-use crate::env::{check_range, EnvError, Environment, Info, Space, StepResult};
+use super::{cell, Game, NumpyRandom, SIZE};
 
 const CHICKEN: usize = 0;
 const CAR: usize = 1;
@@ -32,51 +31,22 @@ struct Car {
 /// it as the end of the episode, not as a time-limit truncation). Channels: chicken, car, and
 /// five trail channels, one per speed, on the cell behind each car.
 #[derive(Debug, Clone)]
-pub struct Freeway {
+pub struct FreewayGame {
     chicken: i32,
     cars: [Car; 8],
     move_timer: i32,
     terminate_timer: i32,
     terminal: bool,
-    last_action: usize,
-    rng: NumpyRandom,
 }
 
-impl Default for Freeway {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Freeway {
-    /// A game reset with seed 0.
-    pub fn new() -> Self {
-        let idle = Car {
-            x: 0,
-            y: 0,
-            timer: 0,
-            speed: 1,
-        };
-        let mut env = Self {
-            chicken: 0,
-            cars: [idle; 8],
-            move_timer: 0,
-            terminate_timer: 0,
-            terminal: false,
-            last_action: 0,
-            rng: NumpyRandom::new(0),
-        };
-        env.reset(Some(0));
-        env
-    }
-
+impl FreewayGame {
     /// New speeds (1 to 5 steps a move) and directions for every car, in the package's order
     /// of draws (eight speeds, then eight directions); with `initialize`, cars at column 0.
-    fn randomize_cars(&mut self, initialize: bool) {
-        let speeds: Vec<i32> = (0..8).map(|_| self.rng.randint(1, 6) as i32).collect();
+    fn randomize_cars(&mut self, rng: &mut NumpyRandom, initialize: bool) {
+        let speeds: Vec<i32> = (0..8).map(|_| rng.randint(1, 6) as i32).collect();
         let directions: Vec<i32> = (0..8)
             .map(|_| {
-                let d = self.rng.rand() - 0.5;
+                let d = rng.rand() - 0.5;
                 if d > 0.0 {
                     1
                 } else if d < 0.0 {
@@ -97,7 +67,7 @@ impl Freeway {
         }
     }
 
-    fn observation(&self) -> Vec<f32> {
+    fn planes(&self) -> Vec<f32> {
         let mut obs = vec![0.0; CHANNELS * SIZE * SIZE];
         obs[cell(CHICKEN, self.chicken as usize, 4)] = 1.0;
         for car in &self.cars {
@@ -112,7 +82,7 @@ impl Freeway {
     }
 
     /// The game's own step, after the sticky action is resolved: the reward.
-    fn act(&mut self, action: usize) -> f64 {
+    fn step_game(&mut self, action: usize, rng: &mut NumpyRandom) -> f64 {
         let mut reward = 0.0;
         if self.move_timer == 0 && matches!(action, 2 | 4) {
             self.move_timer = PLAYER_SPEED;
@@ -124,7 +94,7 @@ impl Freeway {
         }
         if self.chicken == 0 {
             reward += 1.0;
-            self.randomize_cars(false);
+            self.randomize_cars(rng, false);
             self.chicken = SIZE as i32 - 1;
         }
         for car in &mut self.cars {
@@ -152,56 +122,45 @@ impl Freeway {
     }
 }
 
-impl Environment for Freeway {
-    fn name(&self) -> &str {
-        "MinAtar/Freeway-v1"
+impl Game for FreewayGame {
+    const NAME: &'static str = "Freeway";
+    const CHANNELS: usize = CHANNELS;
+    const MINIMAL_ACTIONS: &'static [usize] = &[0, 2, 4];
+
+    fn blank() -> Self {
+        let idle = Car {
+            x: 0,
+            y: 0,
+            timer: 0,
+            speed: 1,
+        };
+        Self {
+            chicken: 0,
+            cars: [idle; 8],
+            move_timer: 0,
+            terminate_timer: 0,
+            terminal: false,
+        }
     }
 
-    fn reset(&mut self, seed: Option<u64>) -> (Vec<f32>, Info) {
-        if let Some(seed) = seed {
-            // As in Breakout: a seeded reset is the package's fresh environment after `seed()`.
-            self.rng = NumpyRandom::new(seed);
-            self.last_action = 0;
-        }
-        self.randomize_cars(true);
+    fn reset(&mut self, rng: &mut NumpyRandom) {
+        self.randomize_cars(rng, true);
         self.chicken = SIZE as i32 - 1;
         self.move_timer = PLAYER_SPEED;
         self.terminate_timer = TIME_LIMIT;
         self.terminal = false;
-        (self.observation(), Info::new())
     }
 
-    fn step(&mut self, action: usize) -> Result<StepResult, EnvError> {
-        if self.terminal {
-            return Err(EnvError::EpisodeOver);
-        }
-        check_range(action, NUM_ACTIONS)?;
-        let action = if self.rng.rand() < STICKY_ACTION_PROB {
-            self.last_action
-        } else {
-            action
-        };
-        self.last_action = action;
-        let reward = self.act(action);
-        Ok(StepResult {
-            observation: self.observation(),
-            reward,
-            terminated: self.terminal,
-            truncated: false,
-            info: Info::new(),
-        })
+    fn act(&mut self, action: usize, rng: &mut NumpyRandom) -> f64 {
+        self.step_game(action, rng)
     }
 
-    fn action_space(&self) -> Space {
-        Space::Discrete { n: NUM_ACTIONS }
+    fn terminal(&self) -> bool {
+        self.terminal
     }
 
-    fn observation_space(&self) -> Space {
-        Space::uniform_box(0.0, 1.0, vec![CHANNELS, SIZE, SIZE])
-    }
-
-    fn max_episode_steps(&self) -> Option<usize> {
-        None
+    fn observation(&self) -> Vec<f32> {
+        self.planes()
     }
 
     fn render(&self) -> String {
@@ -214,9 +173,5 @@ impl Environment for Freeway {
             .map(|r| r.iter().collect::<String>())
             .collect::<Vec<_>>()
             .join("\n")
-    }
-
-    fn clone_box(&self) -> Box<dyn Environment> {
-        Box::new(self.clone())
     }
 }

@@ -8,8 +8,10 @@
 //! `envs/tests/data/record_minatar.py`.
 //!
 //! Observations are the package's boolean state as planes, channel-major (`[C, 10, 10]`, 1.0
-//! where set); all six actions are accepted (no-op, left, up, right, down, fire), and with
-//! probability 0.1 a step repeats the previous action instead (sticky actions).
+//! where set). As in the package's Gymnasium registration, `MinAtar/<Game>-v1` takes the
+//! game's minimal action set and `MinAtar/<Game>-v0` all six actions (no-op, left, up, right,
+//! down, fire); with probability 0.1 a step repeats the previous action instead (sticky
+//! actions).
 
 mod asterix;
 mod breakout;
@@ -17,18 +19,29 @@ mod freeway;
 mod seaquest;
 mod space_invaders;
 
-pub use asterix::Asterix;
-pub use breakout::Breakout;
-pub use freeway::Freeway;
-pub use seaquest::Seaquest;
-pub use space_invaders::SpaceInvaders;
+pub use asterix::AsterixGame;
+pub use breakout::BreakoutGame;
+pub use freeway::FreewayGame;
+pub use seaquest::SeaquestGame;
+pub use space_invaders::SpaceInvadersGame;
+
+use crate::env::{check_range, EnvError, Environment, Info, Space, StepResult};
+
+/// MinAtar Breakout (see [`BreakoutGame`]).
+pub type Breakout = MinAtar<BreakoutGame>;
+/// MinAtar Asterix (see [`AsterixGame`]).
+pub type Asterix = MinAtar<AsterixGame>;
+/// MinAtar Freeway (see [`FreewayGame`]).
+pub type Freeway = MinAtar<FreewayGame>;
+/// MinAtar Seaquest (see [`SeaquestGame`]).
+pub type Seaquest = MinAtar<SeaquestGame>;
+/// MinAtar Space Invaders (see [`SpaceInvadersGame`]).
+pub type SpaceInvaders = MinAtar<SpaceInvadersGame>;
 
 use rand_mt::Mt;
 
 /// The side of the square board.
 pub const SIZE: usize = 10;
-/// Every MinAtar game takes the six actions no-op, left, up, right, down, fire.
-pub const NUM_ACTIONS: usize = 6;
 /// The chance that a step repeats the previous action (the package's default).
 pub const STICKY_ACTION_PROB: f64 = 0.1;
 
@@ -77,6 +90,142 @@ impl NumpyRandom {
                 return low + i64::from(v);
             }
         }
+    }
+}
+
+/// One MinAtar game's own rules, stepped with the package's action numbers (0 no-op, 1 left,
+/// 2 up, 3 right, 4 down, 5 fire); [`MinAtar`] adds the action set and sticky actions.
+pub trait Game: Clone + std::fmt::Debug + Send + Sync + 'static {
+    /// The package's name of the game (`Breakout`, `SpaceInvaders`, ...).
+    const NAME: &'static str;
+    /// Object channels of the observation.
+    const CHANNELS: usize;
+    /// The actions that do something in this game (the package's minimal action set).
+    const MINIMAL_ACTIONS: &'static [usize];
+
+    /// A game in some state; [`Game::reset`] starts an episode.
+    fn blank() -> Self;
+    /// Start an episode, drawing from `rng` as the package does.
+    fn reset(&mut self, rng: &mut NumpyRandom);
+    /// One step with the package's action `action` (sticky actions already resolved); the
+    /// reward.
+    fn act(&mut self, action: usize, rng: &mut NumpyRandom) -> f64;
+    /// Whether the episode has ended.
+    fn terminal(&self) -> bool;
+    /// The state as `[CHANNELS, 10, 10]` planes.
+    fn observation(&self) -> Vec<f32>;
+    /// The board as text.
+    fn render(&self) -> String;
+}
+
+/// A MinAtar game as an [`Environment`], named as the package registers it with Gymnasium:
+/// `MinAtar/<Game>-v1` takes the game's minimal action set (action `i` is the package's
+/// action `MINIMAL_ACTIONS[i]`), `MinAtar/<Game>-v0` all six. Either way a step repeats the
+/// previous package action instead with probability 0.1.
+#[derive(Debug, Clone)]
+pub struct MinAtar<G: Game> {
+    game: G,
+    rng: NumpyRandom,
+    /// The package's action of the previous step (the sticky action).
+    last_action: usize,
+    /// The package's action for each of this environment's actions.
+    actions: &'static [usize],
+    name: String,
+}
+
+impl<G: Game> Default for MinAtar<G> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<G: Game> MinAtar<G> {
+    /// `MinAtar/<Game>-v1` (the minimal action set), reset with seed 0.
+    pub fn new() -> Self {
+        Self::with_actions(G::MINIMAL_ACTIONS, "v1")
+    }
+
+    /// `MinAtar/<Game>-v0` (all six actions), reset with seed 0.
+    pub fn with_all_actions() -> Self {
+        Self::with_actions(&[0, 1, 2, 3, 4, 5], "v0")
+    }
+
+    fn with_actions(actions: &'static [usize], version: &str) -> Self {
+        let mut env = Self {
+            game: G::blank(),
+            rng: NumpyRandom::new(0),
+            last_action: 0,
+            actions,
+            name: format!("MinAtar/{}-{version}", G::NAME),
+        };
+        env.reset(Some(0));
+        env
+    }
+
+    /// The game's state.
+    pub fn game(&self) -> &G {
+        &self.game
+    }
+}
+
+impl<G: Game> Environment for MinAtar<G> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn reset(&mut self, seed: Option<u64>) -> (Vec<f32>, Info) {
+        if let Some(seed) = seed {
+            // A seeded reset starts as the package's fresh environment does after `seed()`;
+            // an unseeded one keeps the previous action for the first sticky draw, as the
+            // package does.
+            self.rng = NumpyRandom::new(seed);
+            self.last_action = 0;
+        }
+        self.game.reset(&mut self.rng);
+        (self.game.observation(), Info::new())
+    }
+
+    fn step(&mut self, action: usize) -> Result<StepResult, EnvError> {
+        if self.game.terminal() {
+            return Err(EnvError::EpisodeOver);
+        }
+        check_range(action, self.actions.len())?;
+        let action = if self.rng.rand() < STICKY_ACTION_PROB {
+            self.last_action
+        } else {
+            self.actions[action]
+        };
+        self.last_action = action;
+        let reward = self.game.act(action, &mut self.rng);
+        Ok(StepResult {
+            observation: self.game.observation(),
+            reward,
+            terminated: self.game.terminal(),
+            truncated: false,
+            info: Info::new(),
+        })
+    }
+
+    fn action_space(&self) -> Space {
+        Space::Discrete {
+            n: self.actions.len(),
+        }
+    }
+
+    fn observation_space(&self) -> Space {
+        Space::uniform_box(0.0, 1.0, vec![G::CHANNELS, SIZE, SIZE])
+    }
+
+    fn max_episode_steps(&self) -> Option<usize> {
+        None
+    }
+
+    fn render(&self) -> String {
+        self.game.render()
+    }
+
+    fn clone_box(&self) -> Box<dyn Environment> {
+        Box::new(self.clone())
     }
 }
 

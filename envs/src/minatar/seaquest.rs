@@ -1,7 +1,6 @@
 //! MinAtar Seaquest.
 
-use super::{cell, NumpyRandom, NUM_ACTIONS, SIZE, STICKY_ACTION_PROB};
-use crate::env::{check_range, EnvError, Environment, Info, Space, StepResult};
+use super::{cell, Game, NumpyRandom, SIZE};
 
 const SUB_FRONT: usize = 0;
 const SUB_BACK: usize = 1;
@@ -81,7 +80,7 @@ fn reverse_walk_at<T: Copy>(list: &[T], i: isize) -> Option<T> {
 /// submarine front, back, its bullets, trail (the cell a fish, submarine or diver came
 /// from), enemy bullets, fish, enemy submarines, oxygen gauge and diver gauge (row 9), divers.
 #[derive(Debug, Clone)]
-pub struct Seaquest {
+pub struct SeaquestGame {
     oxygen: i32,
     diver_count: i32,
     sub_x: i32,
@@ -101,46 +100,9 @@ pub struct Seaquest {
     surfaced: bool,
     ramping: bool,
     terminal: bool,
-    last_action: usize,
-    rng: NumpyRandom,
 }
 
-impl Default for Seaquest {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Seaquest {
-    /// A game with the difficulty ramp, reset with seed 0.
-    pub fn new() -> Self {
-        let mut env = Self {
-            oxygen: 0,
-            diver_count: 0,
-            sub_x: 0,
-            sub_y: 0,
-            facing_right: false,
-            f_bullets: Vec::new(),
-            e_bullets: Vec::new(),
-            fish: Vec::new(),
-            subs: Vec::new(),
-            divers: Vec::new(),
-            spawn_speed: 0,
-            spawn_timer: 0,
-            diver_spawn_timer: 0,
-            move_speed: 0,
-            ramp_index: 0,
-            shot_timer: 0,
-            surfaced: true,
-            ramping: true,
-            terminal: false,
-            last_action: 0,
-            rng: NumpyRandom::new(0),
-        };
-        env.reset(Some(0));
-        env
-    }
-
+impl SeaquestGame {
     /// The steps the difficulty ramp has taken.
     pub fn difficulty(&self) -> i32 {
         self.ramp_index
@@ -148,11 +110,11 @@ impl Seaquest {
 
     /// A fish or submarine on a random row from a random side, unless an enemy already on that
     /// row heads the other way.
-    fn spawn_enemy(&mut self) {
-        let right = self.rng.rand() < 0.5;
-        let is_sub = self.rng.rand() < 1.0 / 3.0;
+    fn spawn_enemy(&mut self, rng: &mut NumpyRandom) {
+        let right = rng.rand() < 0.5;
+        let is_sub = rng.rand() < 1.0 / 3.0;
         let x = if right { 0 } else { SIZE as i32 - 1 };
-        let y = self.rng.randint(1, 9) as i32;
+        let y = rng.randint(1, 9) as i32;
         if self
             .subs
             .iter()
@@ -175,10 +137,10 @@ impl Seaquest {
         }
     }
 
-    fn spawn_diver(&mut self) {
-        let right = self.rng.rand() < 0.5;
+    fn spawn_diver(&mut self, rng: &mut NumpyRandom) {
+        let right = rng.rand() < 0.5;
         let x = if right { 0 } else { SIZE as i32 - 1 };
-        let y = self.rng.randint(1, 9) as i32;
+        let y = rng.randint(1, 9) as i32;
         self.divers.push(Mover {
             x,
             y,
@@ -357,7 +319,7 @@ impl Seaquest {
         }
     }
 
-    fn observation(&self) -> Vec<f32> {
+    fn planes(&self) -> Vec<f32> {
         let mut obs = vec![0.0; CHANNELS * SIZE * SIZE];
         let mut set = |channel: usize, row: i32, column: i32| {
             obs[cell(
@@ -405,14 +367,14 @@ impl Seaquest {
     }
 
     /// The game's own step, after the sticky action is resolved: the reward.
-    fn act(&mut self, action: usize) -> f64 {
+    fn step_game(&mut self, action: usize, rng: &mut NumpyRandom) -> f64 {
         let mut reward = 0.0;
         if self.spawn_timer == 0 {
-            self.spawn_enemy();
+            self.spawn_enemy(rng);
             self.spawn_timer = self.spawn_speed;
         }
         if self.diver_spawn_timer == 0 {
-            self.spawn_diver();
+            self.spawn_diver(rng);
             self.diver_spawn_timer = DIVER_SPAWN_SPEED;
         }
         match action {
@@ -467,17 +429,36 @@ impl Seaquest {
     }
 }
 
-impl Environment for Seaquest {
-    fn name(&self) -> &str {
-        "MinAtar/Seaquest-v1"
+impl Game for SeaquestGame {
+    const NAME: &'static str = "Seaquest";
+    const CHANNELS: usize = CHANNELS;
+    const MINIMAL_ACTIONS: &'static [usize] = &[0, 1, 2, 3, 4, 5];
+
+    fn blank() -> Self {
+        Self {
+            oxygen: 0,
+            diver_count: 0,
+            sub_x: 0,
+            sub_y: 0,
+            facing_right: false,
+            f_bullets: Vec::new(),
+            e_bullets: Vec::new(),
+            fish: Vec::new(),
+            subs: Vec::new(),
+            divers: Vec::new(),
+            spawn_speed: 0,
+            spawn_timer: 0,
+            diver_spawn_timer: 0,
+            move_speed: 0,
+            ramp_index: 0,
+            shot_timer: 0,
+            surfaced: true,
+            ramping: true,
+            terminal: false,
+        }
     }
 
-    fn reset(&mut self, seed: Option<u64>) -> (Vec<f32>, Info) {
-        if let Some(seed) = seed {
-            // As in Breakout: a seeded reset is the package's fresh environment after `seed()`.
-            self.rng = NumpyRandom::new(seed);
-            self.last_action = 0;
-        }
+    fn reset(&mut self, _rng: &mut NumpyRandom) {
         self.oxygen = MAX_OXYGEN;
         self.diver_count = 0;
         self.sub_x = 5;
@@ -496,40 +477,18 @@ impl Environment for Seaquest {
         self.shot_timer = 0;
         self.surfaced = true;
         self.terminal = false;
-        (self.observation(), Info::new())
     }
 
-    fn step(&mut self, action: usize) -> Result<StepResult, EnvError> {
-        if self.terminal {
-            return Err(EnvError::EpisodeOver);
-        }
-        check_range(action, NUM_ACTIONS)?;
-        let action = if self.rng.rand() < STICKY_ACTION_PROB {
-            self.last_action
-        } else {
-            action
-        };
-        self.last_action = action;
-        let reward = self.act(action);
-        Ok(StepResult {
-            observation: self.observation(),
-            reward,
-            terminated: self.terminal,
-            truncated: false,
-            info: Info::new(),
-        })
+    fn act(&mut self, action: usize, rng: &mut NumpyRandom) -> f64 {
+        self.step_game(action, rng)
     }
 
-    fn action_space(&self) -> Space {
-        Space::Discrete { n: NUM_ACTIONS }
+    fn terminal(&self) -> bool {
+        self.terminal
     }
 
-    fn observation_space(&self) -> Space {
-        Space::uniform_box(0.0, 1.0, vec![CHANNELS, SIZE, SIZE])
-    }
-
-    fn max_episode_steps(&self) -> Option<usize> {
-        None
+    fn observation(&self) -> Vec<f32> {
+        self.planes()
     }
 
     fn render(&self) -> String {
@@ -544,9 +503,5 @@ impl Environment for Seaquest {
             .map(|r| r.iter().collect::<String>())
             .collect::<Vec<_>>()
             .join("\n")
-    }
-
-    fn clone_box(&self) -> Box<dyn Environment> {
-        Box::new(self.clone())
     }
 }

@@ -1,7 +1,6 @@
 //! MinAtar Space Invaders.
 
-use super::{cell, NumpyRandom, NUM_ACTIONS, SIZE, STICKY_ACTION_PROB};
-use crate::env::{check_range, EnvError, Environment, Info, Space, StepResult};
+use super::{cell, Game, NumpyRandom, SIZE};
 
 const CANNON: usize = 0;
 const ALIEN: usize = 1;
@@ -50,7 +49,7 @@ fn count(grid: &Grid) -> usize {
 /// and fire (5, every 5 steps at most); the others do nothing. Channels: cannon, alien, alien
 /// moving left, alien moving right, the cannon's bullets, the aliens' bullets.
 #[derive(Debug, Clone)]
-pub struct SpaceInvaders {
+pub struct SpaceInvadersGame {
     pos: i32,
     friendly: Grid,
     enemy: Grid,
@@ -63,39 +62,9 @@ pub struct SpaceInvaders {
     ramp_index: i32,
     ramping: bool,
     terminal: bool,
-    last_action: usize,
-    rng: NumpyRandom,
 }
 
-impl Default for SpaceInvaders {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl SpaceInvaders {
-    /// A game with the difficulty ramp, reset with seed 0.
-    pub fn new() -> Self {
-        let mut env = Self {
-            pos: 0,
-            friendly: [[false; SIZE]; SIZE],
-            enemy: [[false; SIZE]; SIZE],
-            aliens: [[false; SIZE]; SIZE],
-            alien_dir: -1,
-            move_interval: 0,
-            move_timer: 0,
-            shot_timer: 0,
-            alien_shot_timer: 0,
-            ramp_index: 0,
-            ramping: true,
-            terminal: false,
-            last_action: 0,
-            rng: NumpyRandom::new(0),
-        };
-        env.reset(Some(0));
-        env
-    }
-
+impl SpaceInvadersGame {
     /// The steps the difficulty ramp has taken.
     pub fn difficulty(&self) -> i32 {
         self.ramp_index
@@ -118,7 +87,7 @@ impl SpaceInvaders {
             .find_map(|c| (0..SIZE).rev().find(|&r| self.aliens[r][c]).map(|r| (r, c)))
     }
 
-    fn observation(&self) -> Vec<f32> {
+    fn planes(&self) -> Vec<f32> {
         let mut obs = vec![0.0; CHANNELS * SIZE * SIZE];
         obs[cell(CANNON, SIZE - 1, self.pos as usize)] = 1.0;
         let direction = if self.alien_dir < 0 {
@@ -144,7 +113,7 @@ impl SpaceInvaders {
     }
 
     /// The game's own step, after the sticky action is resolved: the reward.
-    fn act(&mut self, action: usize) -> f64 {
+    fn step_game(&mut self, action: usize) -> f64 {
         let bottom = SIZE - 1;
         let pos = |env: &Self| env.pos as usize;
         match action {
@@ -215,17 +184,29 @@ impl SpaceInvaders {
     }
 }
 
-impl Environment for SpaceInvaders {
-    fn name(&self) -> &str {
-        "MinAtar/SpaceInvaders-v1"
+impl Game for SpaceInvadersGame {
+    const NAME: &'static str = "SpaceInvaders";
+    const CHANNELS: usize = CHANNELS;
+    const MINIMAL_ACTIONS: &'static [usize] = &[0, 1, 3, 5];
+
+    fn blank() -> Self {
+        Self {
+            pos: 0,
+            friendly: [[false; SIZE]; SIZE],
+            enemy: [[false; SIZE]; SIZE],
+            aliens: [[false; SIZE]; SIZE],
+            alien_dir: -1,
+            move_interval: 0,
+            move_timer: 0,
+            shot_timer: 0,
+            alien_shot_timer: 0,
+            ramp_index: 0,
+            ramping: true,
+            terminal: false,
+        }
     }
 
-    fn reset(&mut self, seed: Option<u64>) -> (Vec<f32>, Info) {
-        if let Some(seed) = seed {
-            // As in Breakout: a seeded reset is the package's fresh environment after `seed()`.
-            self.rng = NumpyRandom::new(seed);
-            self.last_action = 0;
-        }
+    fn reset(&mut self, _rng: &mut NumpyRandom) {
         self.pos = 5;
         self.friendly = [[false; SIZE]; SIZE];
         self.enemy = [[false; SIZE]; SIZE];
@@ -238,40 +219,18 @@ impl Environment for SpaceInvaders {
         self.ramp_index = 0;
         self.shot_timer = 0;
         self.terminal = false;
-        (self.observation(), Info::new())
     }
 
-    fn step(&mut self, action: usize) -> Result<StepResult, EnvError> {
-        if self.terminal {
-            return Err(EnvError::EpisodeOver);
-        }
-        check_range(action, NUM_ACTIONS)?;
-        let action = if self.rng.rand() < STICKY_ACTION_PROB {
-            self.last_action
-        } else {
-            action
-        };
-        self.last_action = action;
-        let reward = self.act(action);
-        Ok(StepResult {
-            observation: self.observation(),
-            reward,
-            terminated: self.terminal,
-            truncated: false,
-            info: Info::new(),
-        })
+    fn act(&mut self, action: usize, _rng: &mut NumpyRandom) -> f64 {
+        self.step_game(action)
     }
 
-    fn action_space(&self) -> Space {
-        Space::Discrete { n: NUM_ACTIONS }
+    fn terminal(&self) -> bool {
+        self.terminal
     }
 
-    fn observation_space(&self) -> Space {
-        Space::uniform_box(0.0, 1.0, vec![CHANNELS, SIZE, SIZE])
-    }
-
-    fn max_episode_steps(&self) -> Option<usize> {
-        None
+    fn observation(&self) -> Vec<f32> {
+        self.planes()
     }
 
     fn render(&self) -> String {
@@ -295,9 +254,5 @@ impl Environment for SpaceInvaders {
             })
             .collect::<Vec<_>>()
             .join("\n")
-    }
-
-    fn clone_box(&self) -> Box<dyn Environment> {
-        Box::new(self.clone())
     }
 }
