@@ -1,6 +1,6 @@
 //! MinAtar Asterix.
 
-use super::{cell, Game, NumpyRandom, SIZE};
+use super::{board_text, cell, Game, NumpyRandom, SIZE};
 
 const PLAYER: usize = 0;
 const ENEMY: usize = 1;
@@ -52,20 +52,6 @@ impl AsterixGame {
         self.ramp_index
     }
 
-    fn planes(&self) -> Vec<f32> {
-        let mut obs = vec![0.0; CHANNELS * SIZE * SIZE];
-        obs[cell(PLAYER, self.player_y as usize, self.player_x as usize)] = 1.0;
-        for e in self.entities.iter().flatten() {
-            let channel = if e.gold { GOLD } else { ENEMY };
-            obs[cell(channel, e.y as usize, e.x as usize)] = 1.0;
-            let back = if e.right { e.x - 1 } else { e.x + 1 };
-            if (0..SIZE as i32).contains(&back) {
-                obs[cell(TRAIL, e.y as usize, back as usize)] = 1.0;
-            }
-        }
-        obs
-    }
-
     /// Something new on a random free row from a random side (two draws even when every row
     /// is taken, then none).
     fn spawn(&mut self, rng: &mut NumpyRandom) {
@@ -101,9 +87,44 @@ impl AsterixGame {
             _ => 0.0,
         }
     }
+}
+
+impl Game for AsterixGame {
+    const NAME: &'static str = "Asterix";
+    const CHANNELS: usize = CHANNELS;
+    const MINIMAL_ACTIONS: &'static [usize] = &[0, 1, 2, 3, 4];
+
+    fn blank() -> Self {
+        Self {
+            player_x: 0,
+            player_y: 0,
+            entities: [None; 8],
+            spawn_speed: 0,
+            spawn_timer: 0,
+            move_speed: 0,
+            move_timer: 0,
+            ramp_timer: 0,
+            ramp_index: 0,
+            ramping: true,
+            terminal: false,
+        }
+    }
+
+    fn reset(&mut self, _rng: &mut NumpyRandom) {
+        self.player_x = 5;
+        self.player_y = 5;
+        self.entities = [None; 8];
+        self.spawn_speed = INITIAL_SPAWN_SPEED;
+        self.spawn_timer = self.spawn_speed;
+        self.move_speed = INITIAL_MOVE_SPEED;
+        self.move_timer = self.move_speed;
+        self.ramp_timer = RAMP_INTERVAL;
+        self.ramp_index = 0;
+        self.terminal = false;
+    }
 
     /// The game's own step, after the sticky action is resolved: the reward.
-    fn step_game(&mut self, action: usize, rng: &mut NumpyRandom) -> f64 {
+    fn act(&mut self, action: usize, rng: &mut NumpyRandom) -> f64 {
         let mut reward = 0.0;
         if self.spawn_timer == 0 {
             self.spawn(rng);
@@ -149,52 +170,23 @@ impl AsterixGame {
         }
         reward
     }
-}
-
-impl Game for AsterixGame {
-    const NAME: &'static str = "Asterix";
-    const CHANNELS: usize = CHANNELS;
-    const MINIMAL_ACTIONS: &'static [usize] = &[0, 1, 2, 3, 4];
-
-    fn blank() -> Self {
-        Self {
-            player_x: 0,
-            player_y: 0,
-            entities: [None; 8],
-            spawn_speed: 0,
-            spawn_timer: 0,
-            move_speed: 0,
-            move_timer: 0,
-            ramp_timer: 0,
-            ramp_index: 0,
-            ramping: true,
-            terminal: false,
-        }
-    }
-
-    fn reset(&mut self, _rng: &mut NumpyRandom) {
-        self.player_x = 5;
-        self.player_y = 5;
-        self.entities = [None; 8];
-        self.spawn_speed = INITIAL_SPAWN_SPEED;
-        self.spawn_timer = self.spawn_speed;
-        self.move_speed = INITIAL_MOVE_SPEED;
-        self.move_timer = self.move_speed;
-        self.ramp_timer = RAMP_INTERVAL;
-        self.ramp_index = 0;
-        self.terminal = false;
-    }
-
-    fn act(&mut self, action: usize, rng: &mut NumpyRandom) -> f64 {
-        self.step_game(action, rng)
-    }
 
     fn terminal(&self) -> bool {
         self.terminal
     }
 
     fn observation(&self) -> Vec<f32> {
-        self.planes()
+        let mut obs = vec![0.0; CHANNELS * SIZE * SIZE];
+        obs[cell(PLAYER, self.player_y as usize, self.player_x as usize)] = 1.0;
+        for e in self.entities.iter().flatten() {
+            let channel = if e.gold { GOLD } else { ENEMY };
+            obs[cell(channel, e.y as usize, e.x as usize)] = 1.0;
+            let back = if e.right { e.x - 1 } else { e.x + 1 };
+            if (0..SIZE as i32).contains(&back) {
+                obs[cell(TRAIL, e.y as usize, back as usize)] = 1.0;
+            }
+        }
+        obs
     }
 
     fn render(&self) -> String {
@@ -203,9 +195,6 @@ impl Game for AsterixGame {
             rows[e.y as usize][e.x as usize] = if e.gold { '$' } else { 'x' };
         }
         rows[self.player_y as usize][self.player_x as usize] = '@';
-        rows.iter()
-            .map(|r| r.iter().collect::<String>())
-            .collect::<Vec<_>>()
-            .join("\n")
+        board_text(&rows)
     }
 }

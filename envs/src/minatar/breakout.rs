@@ -31,29 +31,46 @@ pub struct BreakoutGame {
 }
 
 impl BreakoutGame {
-    fn planes(&self) -> Vec<f32> {
-        let mut obs = vec![0.0; CHANNELS * SIZE * SIZE];
-        obs[cell(BALL, self.ball_y as usize, self.ball_x as usize)] = 1.0;
-        obs[cell(PADDLE, SIZE - 1, self.paddle as usize)] = 1.0;
-        obs[cell(TRAIL, self.last_y as usize, self.last_x as usize)] = 1.0;
-        for (row, bricks) in self.bricks.iter().enumerate() {
-            for (column, &brick) in bricks.iter().enumerate() {
-                if brick {
-                    obs[cell(BRICK, row, column)] = 1.0;
-                }
-            }
-        }
-        obs
-    }
-
     fn fill_bricks(&mut self) {
         for row in &mut self.bricks[1..4] {
             *row = [true; SIZE];
         }
     }
+}
+
+impl Game for BreakoutGame {
+    const NAME: &'static str = "Breakout";
+    const CHANNELS: usize = CHANNELS;
+    const MINIMAL_ACTIONS: &'static [usize] = &[0, 1, 3];
+
+    fn blank() -> Self {
+        Self {
+            ball_x: 0,
+            ball_y: 0,
+            ball_dir: 0,
+            paddle: 0,
+            bricks: [[false; SIZE]; SIZE],
+            strike: false,
+            last_x: 0,
+            last_y: 0,
+            terminal: false,
+        }
+    }
+
+    fn reset(&mut self, rng: &mut NumpyRandom) {
+        self.ball_y = 3;
+        (self.ball_x, self.ball_dir) = [(0, 2), (9, 3)][rng.randint(0, 2) as usize];
+        self.paddle = 4;
+        self.bricks = [[false; SIZE]; SIZE];
+        self.fill_bricks();
+        self.strike = false;
+        self.last_x = self.ball_x;
+        self.last_y = self.ball_y;
+        self.terminal = false;
+    }
 
     /// The game's own step, after the sticky action is resolved: the reward.
-    fn step_game(&mut self, action: usize) -> f64 {
+    fn act(&mut self, action: usize, _rng: &mut NumpyRandom) -> f64 {
         let mut reward = 0.0;
         match action {
             1 => self.paddle = (self.paddle - 1).max(0),
@@ -102,49 +119,24 @@ impl BreakoutGame {
         self.ball_y = y;
         reward
     }
-}
-
-impl Game for BreakoutGame {
-    const NAME: &'static str = "Breakout";
-    const CHANNELS: usize = CHANNELS;
-    const MINIMAL_ACTIONS: &'static [usize] = &[0, 1, 3];
-
-    fn blank() -> Self {
-        Self {
-            ball_x: 0,
-            ball_y: 0,
-            ball_dir: 0,
-            paddle: 0,
-            bricks: [[false; SIZE]; SIZE],
-            strike: false,
-            last_x: 0,
-            last_y: 0,
-            terminal: false,
-        }
-    }
-
-    fn reset(&mut self, rng: &mut NumpyRandom) {
-        self.ball_y = 3;
-        (self.ball_x, self.ball_dir) = [(0, 2), (9, 3)][rng.randint(0, 2) as usize];
-        self.paddle = 4;
-        self.bricks = [[false; SIZE]; SIZE];
-        self.fill_bricks();
-        self.strike = false;
-        self.last_x = self.ball_x;
-        self.last_y = self.ball_y;
-        self.terminal = false;
-    }
-
-    fn act(&mut self, action: usize, _rng: &mut NumpyRandom) -> f64 {
-        self.step_game(action)
-    }
 
     fn terminal(&self) -> bool {
         self.terminal
     }
 
     fn observation(&self) -> Vec<f32> {
-        self.planes()
+        let mut obs = vec![0.0; CHANNELS * SIZE * SIZE];
+        obs[cell(BALL, self.ball_y as usize, self.ball_x as usize)] = 1.0;
+        obs[cell(PADDLE, SIZE - 1, self.paddle as usize)] = 1.0;
+        obs[cell(TRAIL, self.last_y as usize, self.last_x as usize)] = 1.0;
+        for (row, bricks) in self.bricks.iter().enumerate() {
+            for (column, &brick) in bricks.iter().enumerate() {
+                if brick {
+                    obs[cell(BRICK, row, column)] = 1.0;
+                }
+            }
+        }
+        obs
     }
 
     fn render(&self) -> String {
@@ -177,7 +169,7 @@ mod tests {
     use crate::minatar::Breakout;
 
     /// A game with the ball at `(x, y)` heading `dir` and the paddle at `paddle` (stepped with
-    /// the game's own step, no sticky draw).
+    /// the game's own `act`, no sticky draw).
     fn game(x: i32, y: i32, dir: usize, paddle: i32) -> BreakoutGame {
         let mut game = BreakoutGame::blank();
         game.reset(&mut NumpyRandom::new(0));
@@ -192,7 +184,7 @@ mod tests {
     fn the_bricks_come_back_once_all_are_broken_and_the_paddle_returns_the_ball() {
         let mut game = game(4, 8, 2, 5);
         game.bricks = [[false; SIZE]; SIZE];
-        let reward = game.step_game(0);
+        let reward = game.act(0, &mut NumpyRandom::new(0));
         assert_eq!(reward, 0.0);
         assert!(game.bricks[1..4].iter().all(|row| row.iter().all(|&b| b)));
         assert!(game.bricks[4..].iter().all(|row| row.iter().all(|&b| !b)));

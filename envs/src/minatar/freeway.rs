@@ -1,6 +1,6 @@
 //! MinAtar Freeway.
 
-use super::{cell, Game, NumpyRandom, SIZE};
+use super::{board_text, cell, Game, NumpyRandom, SIZE};
 
 const CHICKEN: usize = 0;
 const CAR: usize = 1;
@@ -66,23 +66,39 @@ impl FreewayGame {
             car.speed = speed;
         }
     }
+}
 
-    fn planes(&self) -> Vec<f32> {
-        let mut obs = vec![0.0; CHANNELS * SIZE * SIZE];
-        obs[cell(CHICKEN, self.chicken as usize, 4)] = 1.0;
-        for car in &self.cars {
-            obs[cell(CAR, car.y as usize, car.x as usize)] = 1.0;
-            let back = (if car.speed > 0 { car.x - 1 } else { car.x + 1 }).rem_euclid(SIZE as i32);
-            if (1..=5).contains(&car.speed.abs()) {
-                let trail = SPEED + car.speed.unsigned_abs() as usize - 1;
-                obs[cell(trail, car.y as usize, back as usize)] = 1.0;
-            }
+impl Game for FreewayGame {
+    const NAME: &'static str = "Freeway";
+    const CHANNELS: usize = CHANNELS;
+    const MINIMAL_ACTIONS: &'static [usize] = &[0, 2, 4];
+
+    fn blank() -> Self {
+        let idle = Car {
+            x: 0,
+            y: 0,
+            timer: 0,
+            speed: 1,
+        };
+        Self {
+            chicken: 0,
+            cars: [idle; 8],
+            move_timer: 0,
+            terminate_timer: 0,
+            terminal: false,
         }
-        obs
+    }
+
+    fn reset(&mut self, rng: &mut NumpyRandom) {
+        self.randomize_cars(rng, true);
+        self.chicken = SIZE as i32 - 1;
+        self.move_timer = PLAYER_SPEED;
+        self.terminate_timer = TIME_LIMIT;
+        self.terminal = false;
     }
 
     /// The game's own step, after the sticky action is resolved: the reward.
-    fn step_game(&mut self, action: usize, rng: &mut NumpyRandom) -> f64 {
+    fn act(&mut self, action: usize, rng: &mut NumpyRandom) -> f64 {
         let mut reward = 0.0;
         if self.move_timer == 0 && matches!(action, 2 | 4) {
             self.move_timer = PLAYER_SPEED;
@@ -120,47 +136,23 @@ impl FreewayGame {
         }
         reward
     }
-}
-
-impl Game for FreewayGame {
-    const NAME: &'static str = "Freeway";
-    const CHANNELS: usize = CHANNELS;
-    const MINIMAL_ACTIONS: &'static [usize] = &[0, 2, 4];
-
-    fn blank() -> Self {
-        let idle = Car {
-            x: 0,
-            y: 0,
-            timer: 0,
-            speed: 1,
-        };
-        Self {
-            chicken: 0,
-            cars: [idle; 8],
-            move_timer: 0,
-            terminate_timer: 0,
-            terminal: false,
-        }
-    }
-
-    fn reset(&mut self, rng: &mut NumpyRandom) {
-        self.randomize_cars(rng, true);
-        self.chicken = SIZE as i32 - 1;
-        self.move_timer = PLAYER_SPEED;
-        self.terminate_timer = TIME_LIMIT;
-        self.terminal = false;
-    }
-
-    fn act(&mut self, action: usize, rng: &mut NumpyRandom) -> f64 {
-        self.step_game(action, rng)
-    }
 
     fn terminal(&self) -> bool {
         self.terminal
     }
 
     fn observation(&self) -> Vec<f32> {
-        self.planes()
+        let mut obs = vec![0.0; CHANNELS * SIZE * SIZE];
+        obs[cell(CHICKEN, self.chicken as usize, 4)] = 1.0;
+        for car in &self.cars {
+            obs[cell(CAR, car.y as usize, car.x as usize)] = 1.0;
+            let back = (if car.speed > 0 { car.x - 1 } else { car.x + 1 }).rem_euclid(SIZE as i32);
+            if (1..=5).contains(&car.speed.abs()) {
+                let trail = SPEED + car.speed.unsigned_abs() as usize - 1;
+                obs[cell(trail, car.y as usize, back as usize)] = 1.0;
+            }
+        }
+        obs
     }
 
     fn render(&self) -> String {
@@ -169,9 +161,6 @@ impl Game for FreewayGame {
             rows[car.y as usize][car.x as usize] = if car.speed > 0 { '>' } else { '<' };
         }
         rows[self.chicken as usize][4] = '@';
-        rows.iter()
-            .map(|r| r.iter().collect::<String>())
-            .collect::<Vec<_>>()
-            .join("\n")
+        board_text(&rows)
     }
 }

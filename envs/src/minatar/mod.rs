@@ -229,6 +229,14 @@ impl<G: Game> Environment for MinAtar<G> {
     }
 }
 
+/// A board of one character a cell as lines of text (a game's `render`).
+fn board_text(rows: &[Vec<char>]) -> String {
+    rows.iter()
+        .map(|r| r.iter().collect::<String>())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The cell `(channel, row, column)` of a `[C, 10, 10]` observation.
 fn cell(channel: usize, row: usize, column: usize) -> usize {
     (channel * SIZE + row) * SIZE + column

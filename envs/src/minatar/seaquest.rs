@@ -1,6 +1,6 @@
 //! MinAtar Seaquest.
 
-use super::{cell, Game, NumpyRandom, SIZE};
+use super::{board_text, cell, Game, NumpyRandom, SIZE};
 
 const SUB_FRONT: usize = 0;
 const SUB_BACK: usize = 1;
@@ -318,56 +318,60 @@ impl SeaquestGame {
             }
         }
     }
+}
 
-    fn planes(&self) -> Vec<f32> {
-        let mut obs = vec![0.0; CHANNELS * SIZE * SIZE];
-        let mut set = |channel: usize, row: i32, column: i32| {
-            obs[cell(
-                channel,
-                row as usize,
-                column.rem_euclid(SIZE as i32) as usize,
-            )] = 1.0;
-        };
-        set(SUB_FRONT, self.sub_y, self.sub_x);
-        // numpy's negative index -1 is the last column (the sub at column 0 facing left).
-        let back = if self.facing_right {
-            self.sub_x - 1
-        } else {
-            self.sub_x + 1
-        };
-        if back < SIZE as i32 {
-            set(SUB_BACK, self.sub_y, back);
+impl Game for SeaquestGame {
+    const NAME: &'static str = "Seaquest";
+    const CHANNELS: usize = CHANNELS;
+    const MINIMAL_ACTIONS: &'static [usize] = &[0, 1, 2, 3, 4, 5];
+
+    fn blank() -> Self {
+        Self {
+            oxygen: 0,
+            diver_count: 0,
+            sub_x: 0,
+            sub_y: 0,
+            facing_right: false,
+            f_bullets: Vec::new(),
+            e_bullets: Vec::new(),
+            fish: Vec::new(),
+            subs: Vec::new(),
+            divers: Vec::new(),
+            spawn_speed: 0,
+            spawn_timer: 0,
+            diver_spawn_timer: 0,
+            move_speed: 0,
+            ramp_index: 0,
+            shot_timer: 0,
+            surfaced: true,
+            ramping: true,
+            terminal: false,
         }
-        for c in 0..(self.oxygen.max(0) * 10 / MAX_OXYGEN) {
-            set(OXYGEN_GAUGE, SIZE as i32 - 1, c);
-        }
-        for c in (9 - self.diver_count)..9 {
-            set(DIVER_GAUGE, SIZE as i32 - 1, c);
-        }
-        for b in &self.f_bullets {
-            set(FRIENDLY_BULLET, b.y, b.x);
-        }
-        for b in &self.e_bullets {
-            set(ENEMY_BULLET, b.y, b.x);
-        }
-        for (channel, movers) in [
-            (ENEMY_FISH, &self.fish),
-            (ENEMY_SUB, &self.subs),
-            (DIVER, &self.divers),
-        ] {
-            for m in movers {
-                set(channel, m.y, m.x);
-                let back = if m.right { m.x - 1 } else { m.x + 1 };
-                if (0..SIZE as i32).contains(&back) {
-                    set(TRAIL, m.y, back);
-                }
-            }
-        }
-        obs
+    }
+
+    fn reset(&mut self, _rng: &mut NumpyRandom) {
+        self.oxygen = MAX_OXYGEN;
+        self.diver_count = 0;
+        self.sub_x = 5;
+        self.sub_y = 0;
+        self.facing_right = false;
+        self.f_bullets.clear();
+        self.e_bullets.clear();
+        self.fish.clear();
+        self.subs.clear();
+        self.divers.clear();
+        self.spawn_speed = INITIAL_SPAWN_SPEED;
+        self.spawn_timer = self.spawn_speed;
+        self.diver_spawn_timer = DIVER_SPAWN_SPEED;
+        self.move_speed = INITIAL_MOVE_SPEED;
+        self.ramp_index = 0;
+        self.shot_timer = 0;
+        self.surfaced = true;
+        self.terminal = false;
     }
 
     /// The game's own step, after the sticky action is resolved: the reward.
-    fn step_game(&mut self, action: usize, rng: &mut NumpyRandom) -> f64 {
+    fn act(&mut self, action: usize, rng: &mut NumpyRandom) -> f64 {
         let mut reward = 0.0;
         if self.spawn_timer == 0 {
             self.spawn_enemy(rng);
@@ -427,68 +431,56 @@ impl SeaquestGame {
         }
         reward
     }
-}
-
-impl Game for SeaquestGame {
-    const NAME: &'static str = "Seaquest";
-    const CHANNELS: usize = CHANNELS;
-    const MINIMAL_ACTIONS: &'static [usize] = &[0, 1, 2, 3, 4, 5];
-
-    fn blank() -> Self {
-        Self {
-            oxygen: 0,
-            diver_count: 0,
-            sub_x: 0,
-            sub_y: 0,
-            facing_right: false,
-            f_bullets: Vec::new(),
-            e_bullets: Vec::new(),
-            fish: Vec::new(),
-            subs: Vec::new(),
-            divers: Vec::new(),
-            spawn_speed: 0,
-            spawn_timer: 0,
-            diver_spawn_timer: 0,
-            move_speed: 0,
-            ramp_index: 0,
-            shot_timer: 0,
-            surfaced: true,
-            ramping: true,
-            terminal: false,
-        }
-    }
-
-    fn reset(&mut self, _rng: &mut NumpyRandom) {
-        self.oxygen = MAX_OXYGEN;
-        self.diver_count = 0;
-        self.sub_x = 5;
-        self.sub_y = 0;
-        self.facing_right = false;
-        self.f_bullets.clear();
-        self.e_bullets.clear();
-        self.fish.clear();
-        self.subs.clear();
-        self.divers.clear();
-        self.spawn_speed = INITIAL_SPAWN_SPEED;
-        self.spawn_timer = self.spawn_speed;
-        self.diver_spawn_timer = DIVER_SPAWN_SPEED;
-        self.move_speed = INITIAL_MOVE_SPEED;
-        self.ramp_index = 0;
-        self.shot_timer = 0;
-        self.surfaced = true;
-        self.terminal = false;
-    }
-
-    fn act(&mut self, action: usize, rng: &mut NumpyRandom) -> f64 {
-        self.step_game(action, rng)
-    }
 
     fn terminal(&self) -> bool {
         self.terminal
     }
 
     fn observation(&self) -> Vec<f32> {
-        self.planes()
+        let mut obs = vec![0.0; CHANNELS * SIZE * SIZE];
+        let mut set = |channel: usize, row: i32, column: i32| {
+            obs[cell(
+                channel,
+                row as usize,
+                column.rem_euclid(SIZE as i32) as usize,
+            )] = 1.0;
+        };
+        set(SUB_FRONT, self.sub_y, self.sub_x);
+        // numpy's negative index -1 is the last column (the sub at column 0 facing left).
+        let back = if self.facing_right {
+            self.sub_x - 1
+        } else {
+            self.sub_x + 1
+        };
+        if back < SIZE as i32 {
+            set(SUB_BACK, self.sub_y, back);
+        }
+        for c in 0..(self.oxygen.max(0) * 10 / MAX_OXYGEN) {
+            set(OXYGEN_GAUGE, SIZE as i32 - 1, c);
+        }
+        for c in (9 - self.diver_count)..9 {
+            set(DIVER_GAUGE, SIZE as i32 - 1, c);
+        }
+        for b in &self.f_bullets {
+            set(FRIENDLY_BULLET, b.y, b.x);
+        }
+        for b in &self.e_bullets {
+            set(ENEMY_BULLET, b.y, b.x);
+        }
+        for (channel, movers) in [
+            (ENEMY_FISH, &self.fish),
+            (ENEMY_SUB, &self.subs),
+            (DIVER, &self.divers),
+        ] {
+            for m in movers {
+                set(channel, m.y, m.x);
+                let back = if m.right { m.x - 1 } else { m.x + 1 };
+                if (0..SIZE as i32).contains(&back) {
+                    set(TRAIL, m.y, back);
+                }
+            }
+        }
+        obs
     }
 
     fn render(&self) -> String {
@@ -499,9 +491,6 @@ impl Game for SeaquestGame {
             }
         }
         rows[self.sub_y as usize][self.sub_x as usize] = if self.facing_right { '>' } else { '<' };
-        rows.iter()
-            .map(|r| r.iter().collect::<String>())
-            .collect::<Vec<_>>()
-            .join("\n")
+        board_text(&rows)
     }
 }

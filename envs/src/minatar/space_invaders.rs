@@ -86,34 +86,47 @@ impl SpaceInvadersGame {
             .into_iter()
             .find_map(|c| (0..SIZE).rev().find(|&r| self.aliens[r][c]).map(|r| (r, c)))
     }
+}
 
-    fn planes(&self) -> Vec<f32> {
-        let mut obs = vec![0.0; CHANNELS * SIZE * SIZE];
-        obs[cell(CANNON, SIZE - 1, self.pos as usize)] = 1.0;
-        let direction = if self.alien_dir < 0 {
-            ALIEN_LEFT
-        } else {
-            ALIEN_RIGHT
-        };
-        for r in 0..SIZE {
-            for c in 0..SIZE {
-                if self.aliens[r][c] {
-                    obs[cell(ALIEN, r, c)] = 1.0;
-                    obs[cell(direction, r, c)] = 1.0;
-                }
-                if self.friendly[r][c] {
-                    obs[cell(FRIENDLY_BULLET, r, c)] = 1.0;
-                }
-                if self.enemy[r][c] {
-                    obs[cell(ENEMY_BULLET, r, c)] = 1.0;
-                }
-            }
+impl Game for SpaceInvadersGame {
+    const NAME: &'static str = "SpaceInvaders";
+    const CHANNELS: usize = CHANNELS;
+    const MINIMAL_ACTIONS: &'static [usize] = &[0, 1, 3, 5];
+
+    fn blank() -> Self {
+        Self {
+            pos: 0,
+            friendly: [[false; SIZE]; SIZE],
+            enemy: [[false; SIZE]; SIZE],
+            aliens: [[false; SIZE]; SIZE],
+            alien_dir: -1,
+            move_interval: 0,
+            move_timer: 0,
+            shot_timer: 0,
+            alien_shot_timer: 0,
+            ramp_index: 0,
+            ramping: true,
+            terminal: false,
         }
-        obs
+    }
+
+    fn reset(&mut self, _rng: &mut NumpyRandom) {
+        self.pos = 5;
+        self.friendly = [[false; SIZE]; SIZE];
+        self.enemy = [[false; SIZE]; SIZE];
+        self.aliens = [[false; SIZE]; SIZE];
+        self.fill_wave();
+        self.alien_dir = -1;
+        self.move_interval = ENEMY_MOVE_INTERVAL;
+        self.move_timer = self.move_interval;
+        self.alien_shot_timer = ENEMY_SHOT_INTERVAL;
+        self.ramp_index = 0;
+        self.shot_timer = 0;
+        self.terminal = false;
     }
 
     /// The game's own step, after the sticky action is resolved: the reward.
-    fn step_game(&mut self, action: usize) -> f64 {
+    fn act(&mut self, action: usize, _rng: &mut NumpyRandom) -> f64 {
         let bottom = SIZE - 1;
         let pos = |env: &Self| env.pos as usize;
         match action {
@@ -182,55 +195,34 @@ impl SpaceInvadersGame {
         }
         reward
     }
-}
-
-impl Game for SpaceInvadersGame {
-    const NAME: &'static str = "SpaceInvaders";
-    const CHANNELS: usize = CHANNELS;
-    const MINIMAL_ACTIONS: &'static [usize] = &[0, 1, 3, 5];
-
-    fn blank() -> Self {
-        Self {
-            pos: 0,
-            friendly: [[false; SIZE]; SIZE],
-            enemy: [[false; SIZE]; SIZE],
-            aliens: [[false; SIZE]; SIZE],
-            alien_dir: -1,
-            move_interval: 0,
-            move_timer: 0,
-            shot_timer: 0,
-            alien_shot_timer: 0,
-            ramp_index: 0,
-            ramping: true,
-            terminal: false,
-        }
-    }
-
-    fn reset(&mut self, _rng: &mut NumpyRandom) {
-        self.pos = 5;
-        self.friendly = [[false; SIZE]; SIZE];
-        self.enemy = [[false; SIZE]; SIZE];
-        self.aliens = [[false; SIZE]; SIZE];
-        self.fill_wave();
-        self.alien_dir = -1;
-        self.move_interval = ENEMY_MOVE_INTERVAL;
-        self.move_timer = self.move_interval;
-        self.alien_shot_timer = ENEMY_SHOT_INTERVAL;
-        self.ramp_index = 0;
-        self.shot_timer = 0;
-        self.terminal = false;
-    }
-
-    fn act(&mut self, action: usize, _rng: &mut NumpyRandom) -> f64 {
-        self.step_game(action)
-    }
 
     fn terminal(&self) -> bool {
         self.terminal
     }
 
     fn observation(&self) -> Vec<f32> {
-        self.planes()
+        let mut obs = vec![0.0; CHANNELS * SIZE * SIZE];
+        obs[cell(CANNON, SIZE - 1, self.pos as usize)] = 1.0;
+        let direction = if self.alien_dir < 0 {
+            ALIEN_LEFT
+        } else {
+            ALIEN_RIGHT
+        };
+        for r in 0..SIZE {
+            for c in 0..SIZE {
+                if self.aliens[r][c] {
+                    obs[cell(ALIEN, r, c)] = 1.0;
+                    obs[cell(direction, r, c)] = 1.0;
+                }
+                if self.friendly[r][c] {
+                    obs[cell(FRIENDLY_BULLET, r, c)] = 1.0;
+                }
+                if self.enemy[r][c] {
+                    obs[cell(ENEMY_BULLET, r, c)] = 1.0;
+                }
+            }
+        }
+        obs
     }
 
     fn render(&self) -> String {
