@@ -3,7 +3,8 @@
 //! `cumind --version` prints [`version_line`], so a script can tell a CPU build from a CUDA one
 //! before it looks for a GPU (scripts/benchmark_gpu.sh does).
 
-/// The optional features compiled into this build, in a fixed order: `cuda`, `nccl`, `mpi`.
+/// The optional features compiled into this build, in a fixed order: `cuda`, `nccl`, `mpi`,
+/// `python`.
 pub fn features() -> Vec<&'static str> {
     let mut out = Vec::new();
     if cfg!(feature = "cuda") {
@@ -14,6 +15,9 @@ pub fn features() -> Vec<&'static str> {
     }
     if cfg!(feature = "mpi") {
         out.push("mpi");
+    }
+    if cfg!(feature = "python") {
+        out.push("python");
     }
     out
 }

@@ -24,7 +24,7 @@ pub struct EnvInfo {
 impl EnvInfo {
     /// Read the spaces of the configured environment.
     pub fn of(config: &Config) -> Result<Self, cumind_envs::EnvError> {
-        let env = cumind_envs::make(&config.environment.env_name)?;
+        let env = config.environment.spec().make()?;
         Ok(Self {
             observation_shape: env.observation_space().shape(),
             num_actions: env.action_space().n().unwrap_or(0),

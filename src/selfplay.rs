@@ -15,7 +15,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
-use cumind_envs::{EnvError, Environment, EpisodeStats, VectorEnv};
+use cumind_envs::{EnvError, EnvSpec, Environment, EpisodeStats, VectorEnv};
 
 use crate::exact_model::search_games;
 use crate::model::{Interruptible, ModelError};
@@ -104,12 +104,12 @@ impl Actor {
     /// `num_envs` copies of the named environment, seeded from `seed`. Games longer than
     /// `segment_length` transitions are handed over in segments of that length (0: whole games).
     pub fn new(
-        env_name: &str,
+        env: &EnvSpec,
         num_envs: usize,
         seed: u64,
         segment_length: usize,
     ) -> Result<Self, SelfPlayError> {
-        let mut envs = VectorEnv::from_name(env_name, num_envs)?;
+        let mut envs = VectorEnv::from_spec(env, num_envs)?;
         let observations = envs.reset(Some(seed));
         let first = &envs.envs()[0];
         let num_actions = first.action_space().n().unwrap_or(0);
@@ -375,13 +375,13 @@ impl Evaluation {
 /// point of view (+1 win, 0 draw, -1 loss).
 pub fn evaluate(
     network: &MuZeroNetwork,
-    env_name: &str,
+    env: &EnvSpec,
     episodes: usize,
     search: &SearchConfig,
     seed: u64,
 ) -> Result<Evaluation, SelfPlayError> {
     let never = std::sync::atomic::AtomicBool::new(false);
-    let played = evaluate_unless(network, env_name, episodes, search, seed, &never)?;
+    let played = evaluate_unless(network, env, episodes, search, seed, &never)?;
     Ok(played.expect("an evaluation nothing stops plays to its end"))
 }
 
@@ -394,7 +394,7 @@ type SearchJob<'a> = (&'a [usize], u64, Vec<Box<dyn Environment>>);
 /// for the whole evaluation.
 pub fn evaluate_unless(
     network: &MuZeroNetwork,
-    env_name: &str,
+    env: &EnvSpec,
     episodes: usize,
     search: &SearchConfig,
     seed: u64,
@@ -402,7 +402,7 @@ pub fn evaluate_unless(
 ) -> Result<Option<Evaluation>, SelfPlayError> {
     evaluate_against(
         network,
-        env_name,
+        env,
         episodes,
         search,
         seed,
@@ -416,14 +416,14 @@ pub fn evaluate_unless(
 /// are +1 for a win, 0 for a draw, -1 for a loss).
 pub fn evaluate_against(
     network: &MuZeroNetwork,
-    env_name: &str,
+    env: &EnvSpec,
     episodes: usize,
     search: &SearchConfig,
     seed: u64,
     stop: &std::sync::atomic::AtomicBool,
     mut rules: EvaluationRules<'_>,
 ) -> Result<Option<Evaluation>, SelfPlayError> {
-    let mut envs = VectorEnv::from_name(env_name, episodes)?;
+    let mut envs = VectorEnv::from_spec(env, episodes)?;
     let mut observations = envs.reset(Some(seed));
     let a = envs.envs()[0].action_space().n().unwrap_or(0);
     let two_player = envs.envs()[0].num_players() > 1;
@@ -605,7 +605,7 @@ impl WeightBoard {
 /// What an [`ActorPool`] runs.
 #[derive(Debug, Clone)]
 pub struct ActorPoolConfig {
-    pub env_name: String,
+    pub env: EnvSpec,
     /// Actor threads (at least 1).
     pub num_actors: usize,
     /// Environments per actor, searched in one batch.
@@ -654,7 +654,7 @@ impl ActorPool {
         stop: Arc<std::sync::atomic::AtomicBool>,
     ) -> Result<Self, SelfPlayError> {
         let ActorPoolConfig {
-            env_name,
+            env,
             num_actors,
             num_envs,
             seed,
@@ -671,7 +671,7 @@ impl ActorPool {
         let mut handles = Vec::new();
         for i in 0..num_actors {
             let mut actor = Actor::new(
-                env_name,
+                env,
                 num_envs,
                 seed.wrapping_add(i as u64 * 1_000_003),
                 segment_length,
@@ -811,7 +811,7 @@ mod tests {
             symmetries: Vec::new(),
             exact_rules: false,
         };
-        let mut actor = Actor::new("TicTacToe", 8, seed, 0)
+        let mut actor = Actor::new(&"TicTacToe".into(), 8, seed, 0)
             .unwrap()
             .with_random_opening(plies);
         let mut stones = Vec::new();
@@ -848,7 +848,7 @@ mod tests {
             symmetries: Vec::new(),
             exact_rules: false,
         };
-        let mut actor = Actor::new("CartPole-v1", 4, 9, segment_length)
+        let mut actor = Actor::new(&"CartPole-v1".into(), 4, 9, segment_length)
             .unwrap()
             .with_segment_padding(padding);
         let mut games = Vec::new();
@@ -950,7 +950,7 @@ mod tests {
             opening_plies: 2,
             opponent: Some(&mut choose),
         };
-        let eval = evaluate_against(&network, "TicTacToe", 8, &search, 5, &never, rules)
+        let eval = evaluate_against(&network, &"TicTacToe".into(), 8, &search, 5, &never, rules)
             .unwrap()
             .unwrap();
         assert!(eval.returns.iter().all(|&r| r <= 0.0), "{eval:?}");
@@ -961,7 +961,7 @@ mod tests {
             opening_plies: 0,
             opponent: Some(&mut failing),
         };
-        let err = evaluate_against(&network, "TicTacToe", 2, &search, 5, &never, rules)
+        let err = evaluate_against(&network, &"TicTacToe".into(), 2, &search, 5, &never, rules)
             .unwrap_err()
             .to_string();
         assert!(err.contains("no move"), "{err}");
@@ -988,7 +988,7 @@ mod tests {
                 .num_threads(threads)
                 .build()
                 .unwrap()
-                .install(|| evaluate(&network, "TicTacToe", 7, &search, 11).unwrap())
+                .install(|| evaluate(&network, &"TicTacToe".into(), 7, &search, 11).unwrap())
         };
         let one = on(1);
         assert_eq!(one, on(2));

@@ -56,7 +56,7 @@ fn learns_to_catch(sets: &[&str]) {
     // Greedy play with the learned model catches every ball.
     let env = EnvInfo::of(&config).unwrap();
     let search = components::search_config(&config, &env);
-    let eval = evaluate(&summary.network, "Catch", 40, &search, 777).unwrap();
+    let eval = evaluate(&summary.network, &"Catch".into(), 40, &search, 777).unwrap();
     assert_eq!(eval.mean_return(), 1.0, "returns: {:?}", eval.returns);
 }
 
@@ -139,7 +139,7 @@ fn actor_threads_learn_beside_the_learner() {
     // A random policy scores about -0.6 on Catch; the threads' data taught something.
     let env = EnvInfo::of(&config).unwrap();
     let search = components::search_config(&config, &env);
-    let eval = evaluate(&summary.network, "Catch", 40, &search, 99).unwrap();
+    let eval = evaluate(&summary.network, &"Catch".into(), 40, &search, 99).unwrap();
     assert!(eval.mean_return() > 0.0, "returns: {:?}", eval.returns);
 }
 

@@ -2,8 +2,7 @@
 
 use clap::Parser;
 
-mod cli;
-mod plot;
+use cumind_cli::cli;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

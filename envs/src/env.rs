@@ -146,6 +146,43 @@ pub enum EnvError {
         /// The number of actions given.
         got: usize,
     },
+    /// Keyword arguments were given for an environment that takes none (only `gymnasium:`
+    /// environments take them, as `gymnasium.make` does).
+    #[error("{name} takes no keyword arguments (only gymnasium: environments do); got {kwargs}")]
+    KwargsNotTaken {
+        /// The environment's name.
+        name: String,
+        /// The arguments given, as JSON.
+        kwargs: String,
+    },
+    /// A `gymnasium:` name in a build without the `python` feature.
+    #[error(
+        "{name} is a Gymnasium environment, which needs a build with the `python` feature \
+         (cargo build --release --features python)"
+    )]
+    PythonNotBuilt {
+        /// The name asked for.
+        name: String,
+    },
+    /// The environment's spaces are ones CuMind cannot learn on (it needs a discrete action
+    /// space, and a box or discrete observation space).
+    #[error("{name}: {problem}")]
+    UnsupportedSpace {
+        /// The environment's name.
+        name: String,
+        /// Which space, what it is, and what CuMind needs.
+        problem: String,
+    },
+    /// Python raised an exception inside the environment (or while making it).
+    #[error("{name}: Python raised an exception in {during}:\n{traceback}")]
+    Python {
+        /// The environment's name.
+        name: String,
+        /// The call that raised it (`gymnasium.make`, `reset`, `step`, ...).
+        during: String,
+        /// The exception with its traceback, as Python prints it.
+        traceback: String,
+    },
     /// A [`crate::VectorEnv`] was asked to hold no environments.
     #[error("a vector environment needs at least one environment")]
     EmptyVectorEnv,

@@ -44,6 +44,8 @@ pub mod catch;
 pub mod check;
 pub mod connect_four;
 pub mod env;
+#[cfg(feature = "python")]
+pub mod gymnasium;
 pub mod minatar;
 pub mod mountain_car;
 pub mod registry;
@@ -57,6 +59,8 @@ pub use connect_four::ConnectFour;
 pub use env::{EnvError, Environment, Info, Space, StepResult, Symmetry};
 pub use minatar::{Asterix, Breakout, Freeway, Seaquest, SpaceInvaders};
 pub use mountain_car::MountainCar;
-pub use registry::{all_names, make, names, register, EnvFactory};
+pub use registry::{
+    all_names, make, make_with, names, register, EnvFactory, EnvSpec, Kwargs, GYMNASIUM_PREFIX,
+};
 pub use tictactoe::TicTacToe;
 pub use vector::{EpisodeStats, VectorEnv, VectorStep};

@@ -69,7 +69,92 @@ pub fn names() -> &'static [&'static str] {
     NAMES
 }
 
+/// Names of Gymnasium environments made in Python start with this (`gymnasium:Acrobot-v1`);
+/// they need the `python` feature.
+pub const GYMNASIUM_PREFIX: &str = "gymnasium:";
+
+/// Keyword arguments of `gymnasium.make`, as JSON.
+pub type Kwargs = serde_json::Map<String, serde_json::Value>;
+
+/// What builds an environment: its name and, for `gymnasium:` names, the keyword arguments
+/// of `gymnasium.make` (empty for every other environment), as Gymnasium's own `EnvSpec`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EnvSpec {
+    /// A name [`make`] understands.
+    pub name: String,
+    /// Keyword arguments for `gymnasium.make`; must be empty for other names.
+    pub kwargs: Kwargs,
+}
+
+impl EnvSpec {
+    /// A name without keyword arguments.
+    pub fn named(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            kwargs: Kwargs::new(),
+        }
+    }
+
+    /// A name with keyword arguments for `gymnasium.make`.
+    pub fn with_kwargs(name: impl Into<String>, kwargs: Kwargs) -> Self {
+        Self {
+            name: name.into(),
+            kwargs,
+        }
+    }
+
+    /// A new environment of this spec ([`make_with`]).
+    pub fn make(&self) -> Result<Box<dyn Environment>, EnvError> {
+        make_with(&self.name, &self.kwargs)
+    }
+}
+
+impl From<&str> for EnvSpec {
+    fn from(name: &str) -> Self {
+        Self::named(name)
+    }
+}
+
+/// [`make`] with keyword arguments, which only `gymnasium:` environments take
+/// ([`EnvError::KwargsNotTaken`] for the others). A `gymnasium:` name that a program has
+/// registered (the Python package registers the environment objects it is given) is made by
+/// its factory when no arguments are given.
+pub fn make_with(name: &str, kwargs: &Kwargs) -> Result<Box<dyn Environment>, EnvError> {
+    if kwargs.is_empty() {
+        return make(name);
+    }
+    match name.strip_prefix(GYMNASIUM_PREFIX) {
+        Some(id) => make_gymnasium(name, id, kwargs),
+        None => Err(EnvError::KwargsNotTaken {
+            name: name.to_string(),
+            kwargs: serde_json::Value::Object(kwargs.clone()).to_string(),
+        }),
+    }
+}
+
+#[cfg(feature = "python")]
+fn make_gymnasium(
+    _name: &str,
+    id: &str,
+    kwargs: &Kwargs,
+) -> Result<Box<dyn Environment>, EnvError> {
+    Ok(Box::new(crate::gymnasium::GymnasiumEnv::make(id, kwargs)?))
+}
+
+#[cfg(not(feature = "python"))]
+fn make_gymnasium(
+    name: &str,
+    _id: &str,
+    _kwargs: &Kwargs,
+) -> Result<Box<dyn Environment>, EnvError> {
+    Err(EnvError::PythonNotBuilt {
+        name: name.to_string(),
+    })
+}
+
 /// A new environment by name (see [`all_names`]), reset with seed 0 for the built-in ones.
+/// `gymnasium:ID` makes Gymnasium's `ID` in Python (the `python` feature) unless a program
+/// has registered that name.
 ///
 /// An unknown name gives [`EnvError::UnknownEnvironment`], whose message lists the known names.
 pub fn make(name: &str) -> Result<Box<dyn Environment>, EnvError> {
@@ -97,6 +182,9 @@ pub fn make(name: &str) -> Result<Box<dyn Environment>, EnvError> {
                 .cloned();
             match factory {
                 Some(factory) => factory(),
+                None if name.starts_with(GYMNASIUM_PREFIX) => {
+                    return make_gymnasium(name, &name[GYMNASIUM_PREFIX.len()..], &Kwargs::new())
+                }
                 None => {
                     return Err(EnvError::UnknownEnvironment {
                         name: name.to_string(),
@@ -146,6 +234,26 @@ mod tests {
         assert_eq!(env.action_space().n(), Some(3));
         let err = register("CartPole-v1", || Box::new(Catch::new())).unwrap_err();
         assert!(err.to_string().contains("CartPole-v1"), "{err}");
+    }
+
+    #[test]
+    fn keyword_arguments_are_for_gymnasium_environments_only() {
+        let mut kwargs = Kwargs::new();
+        kwargs.insert("size".into(), serde_json::json!(7));
+        let err = make_with("Catch", &kwargs).unwrap_err();
+        assert!(matches!(err, EnvError::KwargsNotTaken { .. }), "{err}");
+        assert!(err.to_string().contains("\"size\":7"), "{err}");
+        // Without arguments a spec makes what the name makes.
+        let env = EnvSpec::named("Catch").make().unwrap();
+        assert_eq!(env.name(), "Catch");
+    }
+
+    #[cfg(not(feature = "python"))]
+    #[test]
+    fn a_gymnasium_name_without_the_python_feature_says_which_build_it_needs() {
+        let err = make("gymnasium:Acrobot-v1").unwrap_err();
+        assert!(matches!(err, EnvError::PythonNotBuilt { .. }), "{err}");
+        assert!(err.to_string().contains("--features python"), "{err}");
     }
 
     #[test]

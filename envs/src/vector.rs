@@ -3,7 +3,7 @@
 use rayon::prelude::*;
 
 use crate::env::{EnvError, Environment};
-use crate::registry::make;
+use crate::registry::EnvSpec;
 
 /// Environments handed to one rayon task at least; the built-in environments step in well under
 /// a microsecond, so finer splitting would cost more than it saves.
@@ -99,7 +99,12 @@ impl VectorEnv {
 
     /// `n` copies of the named environment, environment `i` reset with seed `i`.
     pub fn from_name(name: &str, n: usize) -> Result<Self, EnvError> {
-        let first = make(name)?;
+        Self::from_spec(&EnvSpec::named(name), n)
+    }
+
+    /// [`VectorEnv::from_name`] for a spec (a name with keyword arguments).
+    pub fn from_spec(spec: &EnvSpec, n: usize) -> Result<Self, EnvError> {
+        let first = spec.make()?;
         let envs = (0..n).map(|_| first.clone_box()).collect();
         let mut vector = Self::new(envs)?;
         vector.reset(Some(0));
@@ -259,6 +264,7 @@ fn step_one(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::make;
     use crate::{CartPole, Catch, TicTacToe};
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};

@@ -208,7 +208,7 @@ pub fn play_match(
     config: &MatchConfig,
 ) -> Result<Vec<(Side, Record)>, ArenaError> {
     let name = agent.config().environment.env_name.clone();
-    let mut env = cumind_envs::make(&name)?;
+    let mut env = agent.config().environment.spec().make()?;
     if env.num_players() < 2 {
         return Err(ArenaError::OnePlayer(name));
     }

@@ -23,6 +23,7 @@ pub const BENCHMARK_READS: &[&str] = &[
     "network_architecture.",
     "mcts.",
     "environment.env_name",
+    "environment.env_kwargs",
     "environment.action_space_size",
     "environment.observation_shape",
     "environment.observation_scale",

@@ -231,6 +231,9 @@ pub struct MctsConfig {
 pub struct EnvironmentConfig {
     /// A built-in or registered environment name (see `cumind_envs::all_names()`).
     pub env_name: String,
+    /// Keyword arguments of `gymnasium.make` for a `gymnasium:ID` environment (empty for the
+    /// others, which take none).
+    pub env_kwargs: cumind_envs::Kwargs,
     /// Optional consistency check: must equal the environment's number of actions.
     pub action_space_size: Option<usize>,
     /// Optional consistency check: must equal the environment's observation shape.
@@ -240,6 +243,13 @@ pub struct EnvironmentConfig {
     /// Fixed per-feature multipliers of the observations, applied at the network's input
     /// (empty: none). One per value of a flattened observation; stored observations stay raw.
     pub observation_scale: Vec<f64>,
+}
+
+impl EnvironmentConfig {
+    /// The environment's name with its keyword arguments: what builds it.
+    pub fn spec(&self) -> cumind_envs::EnvSpec {
+        cumind_envs::EnvSpec::with_kwargs(self.env_name.clone(), self.env_kwargs.clone())
+    }
 }
 
 /// "Self-Play".

@@ -143,7 +143,8 @@ impl Config {
 
         let e = &self.environment;
         let known = cumind_envs::all_names();
-        if !known.contains(&e.env_name) {
+        let gymnasium = e.env_name.starts_with(cumind_envs::GYMNASIUM_PREFIX);
+        if !known.contains(&e.env_name) && !gymnasium {
             return Err(invalid(
                 "environment.env_name",
                 format!(
@@ -154,7 +155,9 @@ impl Config {
             ));
         }
         at_least("environment.num_envs", e.num_envs, 1)?;
-        let env = cumind_envs::make(&e.env_name)
+        let env = e
+            .spec()
+            .make()
             .map_err(|err| invalid("environment.env_name", err.to_string()))?;
         if let Some(n) = e.action_space_size {
             let actual = env.action_space().n().unwrap_or(0);

@@ -393,7 +393,7 @@ impl<'a> TrainingRun<'a> {
         let mut source = if config.self_play.num_actors == 0 {
             Source::Synchronous(Box::new(
                 Actor::new(
-                    &config.environment.env_name,
+                    &config.environment.spec(),
                     config.environment.num_envs,
                     seed,
                     config.self_play.game_segment_length,
@@ -405,7 +405,7 @@ impl<'a> TrainingRun<'a> {
             Source::Threads(ActorPool::spawn(
                 self.learner.network(),
                 &ActorPoolConfig {
-                    env_name: config.environment.env_name.clone(),
+                    env: config.environment.spec(),
                     num_actors: config.self_play.num_actors,
                     num_envs: config.environment.num_envs,
                     seed,
@@ -674,7 +674,7 @@ impl<'a> TrainingRun<'a> {
         };
         let eval = evaluate_against(
             self.learner.network(),
-            &config.environment.env_name,
+            &config.environment.spec(),
             episodes,
             &components::search_config(config, &self.env),
             config

@@ -191,6 +191,14 @@ pub struct TrainArgs {
     /// Random seed (overrides other.seed).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Environment (overrides environment.env_name): a built-in name, or `gymnasium:ID` for
+    /// any Gymnasium environment with discrete actions (a build with the `python` feature).
+    #[arg(long, value_name = "NAME")]
+    pub env: Option<String>,
+    /// Keyword arguments of `gymnasium.make` as a JSON object, e.g. '{"continuous": false}'
+    /// (overrides environment.env_kwargs).
+    #[arg(long, value_name = "JSON")]
+    pub env_kwargs: Option<String>,
     /// Hide the progress bar.
     #[arg(long)]
     pub no_progress: bool,

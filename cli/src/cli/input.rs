@@ -37,7 +37,10 @@ pub fn explicit_keys(config: &ConfigArgs) -> Result<Vec<String>> {
 /// Warn on stderr about keys a training run would not read: those set explicitly, and those
 /// whose value differs from the embedded default (say, in a preset file).
 pub fn warn_ignored_keys(config: &Config, explicit: &[String]) -> Result<()> {
-    let image = cumind_envs::make(&config.environment.env_name)?
+    let image = config
+        .environment
+        .spec()
+        .make()?
         .observation_space()
         .shape()
         .len()

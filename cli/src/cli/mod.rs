@@ -295,6 +295,12 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
                 args.num_devices.map(|n| n.to_string()),
             ),
             ("--seed", "other.seed", args.seed.map(|n| n.to_string())),
+            ("--env", "environment.env_name", args.env.clone()),
+            (
+                "--env-kwargs",
+                "environment.env_kwargs",
+                args.env_kwargs.clone(),
+            ),
         ],
     )?;
     let config = match &args.resume {
@@ -378,21 +384,67 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
         report_before_teardown(result, devices)?;
         return Ok(());
     }
-    let run_name_hint = cumind::trainer::planned_run_name(&config, args.resume.as_deref())?;
     let ranks = collective.as_ref().map_or(1, |c| c.size());
     let options = RunOptions {
         resume: args.resume.clone(),
         stop,
         no_checkpoints: false,
-        run_name: Some(run_name_hint.clone()),
+        run_name: None,
         collective,
     };
+    train_and_report(
+        &config,
+        devices,
+        options,
+        !args.no_progress,
+        device_type,
+        ranks,
+    )?;
+    Ok(())
+}
+
+/// Train on `config` in this process (rank 0 of one), as `cumind train` does: the device
+/// chosen from `device.device_type` (`auto` measured), a progress bar on stderr when
+/// `progress`, the summary on stdout and `curves.png` at the end. The run stops after the
+/// current step once `stop` is set. Returns the run's checkpoint directory. For programs that
+/// embed CuMind (the Python package's `cumind.train`).
+pub fn train_config(config: &Config, stop: Arc<AtomicBool>, progress: bool) -> Result<PathBuf> {
+    set_process_options(config, 1);
+    let device_type = device_choice::resolve(
+        config.device.device_type,
+        config,
+        config.environment.num_envs,
+        "environments",
+    )?;
+    let first = first_device_of_rank(device_type, config.device.num_devices, None);
+    let devices = open_devices(first, config.device.num_devices)?;
+    let options = RunOptions {
+        resume: None,
+        stop,
+        no_checkpoints: false,
+        run_name: None,
+        collective: None,
+    };
+    train_and_report(config, devices, options, progress, device_type, 1)
+}
+
+/// Rank 0's run: logs, progress, the summary and the curves; returns the run directory.
+fn train_and_report(
+    config: &Config,
+    devices: Vec<Device>,
+    mut options: RunOptions,
+    progress: bool,
+    device_type: DeviceKind,
+    ranks: usize,
+) -> Result<PathBuf> {
+    let run_name_hint = cumind::trainer::planned_run_name(config, options.resume.as_deref())?;
+    options.run_name = Some(run_name_hint.clone());
     let log_dir = PathBuf::from(&config.other.log_dir).join(&run_name_hint);
     let tensorboard = TensorBoardSink::new(&log_dir)
         .with_context(|| format!("cannot create {}", log_dir.display()))?;
     let csv = cumind::metrics::CsvSink::new(&log_dir)
         .with_context(|| format!("cannot create {}", log_dir.display()))?;
-    let mut sink = ConsoleSink::new(tensorboard, csv, !args.no_progress);
+    let mut sink = ConsoleSink::new(tensorboard, csv, progress);
     eprintln!(
         "training {} on {}{} | logs: {} | checkpoints: {}",
         config.environment.env_name,
@@ -407,7 +459,7 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
             .join(&run_name_hint)
             .display()
     );
-    let result = train(&config, &devices, &options, &mut sink).map_err(anyhow::Error::from);
+    let result = train(config, &devices, &options, &mut sink).map_err(anyhow::Error::from);
     sink.finish();
     let summary = report_before_teardown(result, devices)?;
     let c = &summary.counters;
@@ -449,7 +501,7 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
         Ok(()) => println!("curves: {}", picture.display()),
         Err(err) => eprintln!("warning: no curves.png: {err}"),
     }
-    Ok(())
+    Ok(summary.run_dir)
 }
 
 fn run_eval(config_args: &ConfigArgs, args: EvalArgs) -> Result<()> {
@@ -470,7 +522,7 @@ fn run_eval(config_args: &ConfigArgs, args: EvalArgs) -> Result<()> {
     let start = Instant::now();
     let eval = evaluate(
         agent.network(),
-        &config.environment.env_name,
+        &config.environment.spec(),
         args.episodes,
         agent.search_config(),
         args.seed,
@@ -555,7 +607,7 @@ fn run_audit(
 ) -> Result<()> {
     use cumind::arena::{audit::audit_side, Side};
     let name = agent.config().environment.env_name.clone();
-    let mut env = cumind_envs::make(&name)?;
+    let mut env = agent.config().environment.spec().make()?;
     if env.num_players() < 2 {
         bail!("`--opponent all` is for two-player games; {name} has one player");
     }
@@ -620,7 +672,7 @@ fn run_play(config_args: &ConfigArgs, args: PlayArgs) -> Result<()> {
     use std::io::{BufRead, Write};
     let mut agent = load_agent("play", config_args, &args.checkpoint, &Device::Cpu)?;
     let name = agent.config().environment.env_name.clone();
-    let mut env = cumind_envs::make(&name)?;
+    let mut env = agent.config().environment.spec().make()?;
     if env.num_players() < 2 {
         bail!("`play` is for two-player games; {name} has one player (use `cumind eval`)");
     }

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The Python side, as a new user meets it: a fresh virtual environment, `pip install .`
+# (maturin builds the package), the quickstart, the package's checks, then the `python` build
+# of the Rust crates (the Gymnasium bridge's tests and lints) against that environment.
+#
+# Needs python3 (3.9 or newer, with venv and its shared library) and the package registry;
+# everything else is installed here. CARGO_TARGET_DIR, if set, is shared with the build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python="${PYTHON:-python3}"
+venv="$(mktemp -d)/venv"
+trap 'rm -rf "$(dirname "$venv")"' EXIT
+
+echo "== a fresh virtual environment ($("$python" --version)) and pip install ."
+"$python" -m venv "$venv"
+"$venv/bin/pip" install --quiet --upgrade pip
+"$venv/bin/pip" install --quiet .
+"$venv/bin/python" -c "import cumind; print('cumind', cumind.version())"
+
+echo "== the quickstart (examples/python_quickstart.py)"
+"$venv/bin/python" examples/python_quickstart.py
+
+echo "== the package's checks (tests/python/test_package.py)"
+"$venv/bin/python" tests/python/test_package.py
+
+echo "== the Gymnasium bridge from Rust (feature python)"
+export VIRTUAL_ENV="$venv"
+export PYO3_PYTHON="$venv/bin/python"
+cargo test --release -p cumind-envs --features python --test gymnasium_bridge
+cargo clippy --release --workspace --all-targets --features python -- -D warnings

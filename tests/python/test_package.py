@@ -1,0 +1,104 @@
+"""Checks of the `cumind` Python package, run by `.ci/run` in a fresh virtual environment
+after `pip install .` (plain asserts; `python tests/python/test_package.py`)."""
+
+import os
+import tempfile
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+import cumind
+
+
+class Corridor(gym.Env):
+    """Walk right along a corridor of 6 cells: reward 1 at the end, -0.01 per step."""
+
+    action_space = spaces.Discrete(2)
+    observation_space = spaces.Discrete(6)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.cell = 0
+        return self.cell, {}
+
+    def step(self, action):
+        self.cell = max(0, self.cell + (1 if action == 1 else -1))
+        done = self.cell == 5
+        return self.cell, (1.0 if done else -0.01), done, False, {}
+
+
+class Broken(Corridor):
+    def step(self, action):
+        raise RuntimeError("the corridor collapsed")
+
+
+class WithDict(Corridor):
+    observation_space = spaces.Dict({"cell": spaces.Discrete(6)})
+
+
+def small(steps):
+    return {
+        "training": {"max_env_steps": steps, "eval_interval": steps, "eval_episodes": 4,
+                     "stop_return": 0.9, "checkpoint_interval": 200},
+        "memory": {"min_memory_size": 100},
+        "environment": {"num_envs": 4},
+        "mcts": {"num_simulations": 8},
+    }
+
+
+def expect_error(kind, call, *texts):
+    try:
+        call()
+    except kind as err:
+        for text in texts:
+            assert text in str(err), f"{text!r} not in {err}"
+        return
+    raise AssertionError(f"no {kind.__name__}")
+
+
+def main():
+    os.chdir(tempfile.mkdtemp())
+    print(cumind.version())
+
+    # An environment object: trained, loaded, acted with.
+    run = cumind.train(small(3000), env=Corridor(), seed=3, progress=False)
+    agent = cumind.Agent.load(run)
+    assert agent.num_actions == 2 and agent.observation_shape == [6], agent
+    one_hot = np.eye(6, dtype=np.float32)
+    action = agent.select_action(one_hot[2])
+    assert action in (0, 1), action
+    assert agent.select_action(one_hot[2], legal_actions=[0]) == 0
+    batch = agent.select_actions(one_hot)
+    assert batch.shape == (6,) and batch.dtype == np.int64, batch
+    masked = agent.select_actions(one_hot, legal_mask=np.tile([True, False], (6, 1)))
+    assert (masked == 0).all(), masked
+    # The trained agent walks the corridor to its end well within the limit.
+    env, steps = Corridor(), 0
+    obs, _ = env.reset()
+    done = False
+    while not done and steps < 50:
+        obs, _, done, _, _ = env.step(agent.select_action(one_hot[obs]))
+        steps += 1
+    assert done, "the agent did not reach the end of the corridor in 50 steps"
+    expect_error(ValueError, lambda: agent.select_action(np.zeros(5)), "[6]")
+    expect_error(ValueError, lambda: agent.select_action(one_hot[0], [7]), "out of range")
+
+    # A Gymnasium id with keyword arguments, from a dict configuration.
+    config = small(600)
+    config["environment"]["env_kwargs"] = {"max_episode_steps": 50}
+    run = cumind.train(config, env="CartPole-v0", progress=False)
+    assert "gymnasium-CartPole-v0" in run, run
+
+    # What cannot work is refused with the reason.
+    expect_error(ValueError, lambda: cumind.train(small(100), env=WithDict()), "Dict")
+    expect_error(ValueError, lambda: cumind.train(small(100), env="Pendulum-v1"),
+                 "action space is Box")
+    expect_error(ValueError, lambda: cumind.train({"training": {"batch_sise": 3}}), "batch_sise")
+    expect_error(RuntimeError, lambda: cumind.train(small(300), env=Broken(), progress=False),
+                 "the corridor collapsed", "Traceback")
+    print("python package checks passed")
+
+
+if __name__ == "__main__":
+    main()
