@@ -4,11 +4,14 @@
 # of the Rust crates (the Gymnasium bridge's tests and lints) against that environment.
 #
 # Needs python3 (3.9 or newer, with venv and its shared library) and the package registry;
-# everything else is installed here. CARGO_TARGET_DIR, if set, is shared with the build.
+# everything else is installed here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python="${PYTHON:-python3}"
+# A target directory of its own: the python build links libpython, and in the CPU build's
+# directory its `cumind` would replace the plain one.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/python"
 venv="$(mktemp -d)/venv"
 trap 'rm -rf "$(dirname "$venv")"' EXIT
 
@@ -28,4 +31,12 @@ echo "== the Gymnasium bridge from Rust (feature python)"
 export VIRTUAL_ENV="$venv"
 export PYO3_PYTHON="$venv/bin/python"
 cargo test --release -p cumind-envs --features python --test gymnasium_bridge
+echo "== the command line of a python build"
+cargo build --release -p cumind-cli --features python
+cli="$CARGO_TARGET_DIR/release/cumind"
+"$cli" check-env gymnasium:Acrobot-v1 gymnasium:FrozenLake-v1
+work="$(dirname "$venv")/cli-run"
+mkdir -p "$work"
+(cd "$work" && "$cli" train --env gymnasium:CartPole-v1 --env-kwargs '{"max_episode_steps": 100}' \
+  --set training.max_env_steps=1500 --set training.eval_interval=500 --no-progress)
 cargo clippy --release --workspace --all-targets --features python -- -D warnings

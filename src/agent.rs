@@ -86,8 +86,30 @@ impl Agent {
     pub fn load_on(dir: impl AsRef<Path>, device: &Device) -> Result<Self, AgentError> {
         let (meta, tensors) = checkpoint::load_model(dir.as_ref(), device)?;
         let config = meta.config()?;
-        let env = EnvInfo::of(&config)
-            .map_err(|_| AgentError::UnknownEnvironment(config.environment.env_name.clone()))?;
+        let env = match EnvInfo::of(&config) {
+            Ok(env) => env,
+            // A Gymnasium environment this process cannot make (an object the training
+            // program registered, or a build without Python): the stored network says what
+            // the agent observes, and the bridge's environments have one player.
+            Err(_)
+                if config
+                    .environment
+                    .env_name
+                    .starts_with(cumind_envs::GYMNASIUM_PREFIX) =>
+            {
+                EnvInfo {
+                    observation_shape: meta.network.observation_shape.clone(),
+                    num_actions: meta.network.num_actions,
+                    num_players: 1,
+                    symmetries: Vec::new(),
+                }
+            }
+            Err(_) => {
+                return Err(AgentError::UnknownEnvironment(
+                    config.environment.env_name.clone(),
+                ))
+            }
+        };
         if components::network_spec(&config, &env) != meta.network {
             return Err(AgentError::InconsistentCheckpoint);
         }

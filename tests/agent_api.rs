@@ -141,3 +141,43 @@ fn an_exact_rules_agent_plays_from_the_games_and_refuses_bare_observations() {
         .to_string();
     assert!(err.contains("2 games for 1 observations"), "{err}");
 }
+
+/// A checkpoint of a Gymnasium environment that this process cannot make (an object the
+/// training program registered, or any `gymnasium:` name in a build without Python) loads
+/// and acts: the stored network holds what the agent observes.
+#[test]
+fn a_checkpoint_of_a_gymnasium_object_loads_where_the_environment_cannot_be_made() {
+    let mut config = Config::default_config();
+    let spec = components::network_spec(&config, &EnvInfo::of(&config).unwrap());
+    config.environment.env_name = "gymnasium:NotMakeableHere-v0".into();
+    let net = MuZeroNetwork::new(spec.clone(), 1, &Device::Cpu, DType::F32).unwrap();
+    let tensors = net.params().to_tensors().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    cumind::checkpoint::save(
+        dir.path(),
+        &cumind::checkpoint::CheckpointData {
+            config: &config,
+            network: &spec,
+            counters: Default::default(),
+            model: tensors.clone(),
+            target: tensors,
+            optimizer: Default::default(),
+            optimizer_step: 0,
+            replay: None,
+            replay_shards: &[],
+        },
+    )
+    .unwrap();
+    let mut agent = Agent::load(dir.path()).unwrap();
+    assert_eq!(agent.observation_shape(), &[4]);
+    assert_eq!(agent.num_actions(), 2);
+    assert!(agent.select_action(&[0.0, 0.1, 0.0, -0.1], false).unwrap() < 2);
+    // Training needs the environment: a run on that configuration says which one it lacks.
+    let err = Config::load(&ConfigSources {
+        text: Some(("a test".into(), config.to_json())),
+        ..Default::default()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("NotMakeableHere"), "{err}");
+}

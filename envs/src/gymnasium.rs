@@ -59,9 +59,9 @@ def describe(env):
         shape = list(o.shape) or [1]
         low = np.broadcast_to(np.asarray(o.low, dtype=np.float32), o.shape)
         high = np.broadcast_to(np.asarray(o.high, dtype=np.float32), o.shape)
-        return (int(a.n), int(a.start), shape, _observation(low), _observation(high), 0, steps)
+        return (int(a.n), int(a.start), "box", shape, _observation(low), _observation(high), 0, steps)
     if isinstance(o, spaces.Discrete):
-        return (int(a.n), int(a.start), [int(o.n)], b"", b"", int(o.start), steps)
+        return (int(a.n), int(a.start), "discrete", [int(o.n)], b"", b"", int(o.start), steps)
     return (
         f"the observation space is {o!r}; CuMind needs a Box or a Discrete one "
         "(flatten a Dict or Tuple with gymnasium.wrappers.FlattenObservation)"
@@ -194,7 +194,16 @@ impl GymnasiumEnv {
     /// Wrap a Gymnasium environment object (reset here with seed 0, as the built-in ones).
     pub fn from_object(name: String, env: Py<PyAny>) -> Result<Self, EnvError> {
         ensure_python();
-        type Described = (usize, i64, Vec<usize>, Vec<u8>, Vec<u8>, i64, Option<usize>);
+        type Described = (
+            usize,
+            i64,
+            String,
+            Vec<usize>,
+            Vec<u8>,
+            Vec<u8>,
+            i64,
+            Option<usize>,
+        );
         let described = Python::attach(|py| {
             let out = helpers(py)
                 .and_then(|h| h.getattr("describe")?.call1((env.bind(py),)))
@@ -208,8 +217,9 @@ impl GymnasiumEnv {
             out.extract::<Described>()
                 .map_err(|err| python_error(py, &name, "reading its spaces", &err))
         })?;
-        let (actions, action_start, shape, low, high, obs_start, max_episode_steps) = described;
-        let (observation, space) = if low.is_empty() && shape.len() == 1 && high.is_empty() {
+        let (actions, action_start, kind, shape, low, high, obs_start, max_episode_steps) =
+            described;
+        let (observation, space) = if kind == "discrete" {
             let n = shape[0];
             (
                 Observation::OneHot {

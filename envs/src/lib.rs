@@ -16,6 +16,10 @@
 //! recorded Gymnasium episodes). In the two-player games the observation is from the point of
 //! view of the player to move and the reward from the point of view of the player who just moved.
 //!
+//! With the `python` feature, `gymnasium:ID` names are Gymnasium's own environments, made and
+//! stepped in Python (the `gymnasium` module: any discrete-action environment, or an
+//! environment object).
+//!
 //! [`make`] builds an environment by name, [`VectorEnv`] steps several in parallel with
 //! automatic resets, and [`check_env`] plays one with random legal actions and reports every
 //! rule of the [`Environment`] contract it breaks.

@@ -208,7 +208,7 @@ impl Agent {
 /// The environment name a training run gets for `env`: a string is a CuMind name (built-in,
 /// registered or `gymnasium:ID`) or else a Gymnasium id; an object is registered under
 /// `gymnasium:<its spec id or class name>`, each copy a `copy.deepcopy` of it.
-fn environment_name(py: Python<'_>, env: &Bound<'_, PyAny>) -> PyResult<String> {
+fn environment_name(env: &Bound<'_, PyAny>) -> PyResult<String> {
     if let Ok(name) = env.extract::<String>() {
         let known = cumind_envs::all_names().contains(&name);
         return Ok(if known || name.starts_with(GYMNASIUM_PREFIX) {
@@ -225,7 +225,6 @@ fn environment_name(py: Python<'_>, env: &Bound<'_, PyAny>) -> PyResult<String> 
     let name = format!("{GYMNASIUM_PREFIX}{label}");
     let prototype =
         GymnasiumEnv::from_object(name.clone(), env.clone().unbind()).map_err(value_error)?;
-    let _ = py;
     cumind_envs::register(&name, move || prototype.clone_box()).map_err(value_error)?;
     Ok(name)
 }
@@ -258,7 +257,7 @@ fn train(
     }
     let mut sets = sets.unwrap_or_default();
     if let Some(env) = env {
-        let name = environment_name(py, env)?;
+        let name = environment_name(env)?;
         sets.push(format!(
             "environment.env_name={}",
             serde_json::Value::String(name)

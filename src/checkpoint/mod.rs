@@ -118,9 +118,11 @@ impl Metadata {
             text: Some(("the stored configuration".into(), self.config.to_string())),
             ..Default::default()
         };
-        Config::load(&sources).map_err(|e| CheckpointError::Corrupt {
-            path: METADATA.into(),
-            reason: format!("stored configuration does not load: {e}"),
+        Config::load_checked(&sources, crate::config::EnvCheck::IfMakeable).map_err(|e| {
+            CheckpointError::Corrupt {
+                path: METADATA.into(),
+                reason: format!("stored configuration does not load: {e}"),
+            }
         })
     }
 }

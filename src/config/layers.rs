@@ -127,6 +127,14 @@ impl Config {
 
     /// Layer every source over the embedded defaults, deserialise and validate.
     pub fn load(sources: &ConfigSources) -> Result<Config, ConfigError> {
+        Self::load_checked(sources, super::EnvCheck::Required)
+    }
+
+    /// [`Config::load`], with the environment checked as `env_check` says.
+    pub fn load_checked(
+        sources: &ConfigSources,
+        env_check: super::EnvCheck,
+    ) -> Result<Config, ConfigError> {
         use config::{Environment, File, FileFormat};
         let mut builder = config::Config::builder().add_source(File::from_str(
             &normalised_json(DEFAULT_CONFIGURATION, "the embedded configuration.json")?,
@@ -184,7 +192,7 @@ impl Config {
             }
             invalid(&key, message)
         })?;
-        config.validate()?;
+        config.validate_with(env_check)?;
         Ok(config)
     }
 

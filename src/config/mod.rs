@@ -38,6 +38,7 @@ pub use sections::{
     ReanalyseNetwork, SearchModelKind, SearchPolicyKind, SelfPlayConfig, SymmetricSearch,
     TargetDtype, TrainingConfig, ValueTargetSource,
 };
+pub use validate::EnvCheck;
 
 /// A configuration that could not be loaded.
 #[derive(Debug, Error)]

@@ -3,9 +3,24 @@
 
 use super::{invalid, Config, ConfigError, NetworkType, SearchModelKind, SymmetricSearch};
 
+/// Whether validation needs the configured environment to be makeable in this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnvCheck {
+    /// It must be made and the configuration checked against it (a run, a new config).
+    Required,
+    /// A `gymnasium:` environment this process cannot make is taken on trust (a checkpoint's
+    /// stored configuration, loaded to act: the network holds the spaces).
+    IfMakeable,
+}
+
 impl Config {
     /// Check every value's range and every cross-key constraint.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_with(EnvCheck::Required)
+    }
+
+    /// [`Config::validate`], with the environment checked as `env_check` says.
+    pub fn validate_with(&self, env_check: EnvCheck) -> Result<(), ConfigError> {
         fn at_least(key: &str, value: usize, min: usize) -> Result<(), ConfigError> {
             if value < min {
                 return Err(invalid(
@@ -155,10 +170,56 @@ impl Config {
             ));
         }
         at_least("environment.num_envs", e.num_envs, 1)?;
-        let env = e
-            .spec()
-            .make()
-            .map_err(|err| invalid("environment.env_name", err.to_string()))?;
+        match e.spec().make() {
+            Ok(env) => self.validate_against(env.as_ref())?,
+            // A checkpoint's stored configuration of a Gymnasium environment that this process
+            // cannot make (an object registered by the program that trained it): the checks
+            // against the environment were made when it trained.
+            Err(_) if gymnasium && env_check == EnvCheck::IfMakeable => {}
+            Err(err) => return Err(invalid("environment.env_name", err.to_string())),
+        }
+
+        let s = &self.self_play;
+        at_least("self_play.td_steps", s.td_steps, 1)?;
+        within("self_play.discount", s.discount, 0.0, 1.0)?;
+
+        let mem = &self.memory;
+        at_least("memory.memory_capacity", mem.memory_capacity, 1)?;
+        within("memory.min_memory_pct", mem.min_memory_pct, 0.0, 1.0)?;
+        if mem.min_memory_size > mem.memory_capacity {
+            return Err(invalid(
+                "memory.min_memory_size",
+                format!(
+                    "{} exceeds memory.memory_capacity ({})",
+                    mem.min_memory_size, mem.memory_capacity
+                ),
+            ));
+        }
+        within("memory.per_alpha", mem.per_alpha, 0.0, 10.0)?;
+        within("memory.per_epsilon", mem.per_epsilon, 0.0, 1.0)?;
+        within("memory.per_beta", mem.per_beta, 0.0, 1.0)?;
+        within("memory.memory_budget_mb", mem.memory_budget_mb, 0.0, 1e9)?;
+
+        let dev = &self.device;
+        at_least("device.num_devices", dev.num_devices, 1)?;
+        if !t.batch_size.is_multiple_of(dev.num_devices) {
+            return Err(invalid(
+                "training.batch_size",
+                format!(
+                    "{} does not divide evenly over device.num_devices = {}",
+                    t.batch_size, dev.num_devices
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The checks of the configuration against its environment: the optional consistency
+    /// keys, the observation scale's length and the conv network's need for planes.
+    fn validate_against(&self, env: &dyn cumind_envs::Environment) -> Result<(), ConfigError> {
+        let e = &self.environment;
+        let n = &self.network_architecture;
+
         if let Some(n) = e.action_space_size {
             let actual = env.action_space().n().unwrap_or(0);
             if n != actual {
@@ -212,39 +273,6 @@ impl Config {
                     "\"conv\" needs [C, H, W] observations; {} has shape {:?} (use \"mlp\" or \"auto\")",
                     e.env_name,
                     env.observation_space().shape()
-                ),
-            ));
-        }
-
-        let s = &self.self_play;
-        at_least("self_play.td_steps", s.td_steps, 1)?;
-        within("self_play.discount", s.discount, 0.0, 1.0)?;
-
-        let mem = &self.memory;
-        at_least("memory.memory_capacity", mem.memory_capacity, 1)?;
-        within("memory.min_memory_pct", mem.min_memory_pct, 0.0, 1.0)?;
-        if mem.min_memory_size > mem.memory_capacity {
-            return Err(invalid(
-                "memory.min_memory_size",
-                format!(
-                    "{} exceeds memory.memory_capacity ({})",
-                    mem.min_memory_size, mem.memory_capacity
-                ),
-            ));
-        }
-        within("memory.per_alpha", mem.per_alpha, 0.0, 10.0)?;
-        within("memory.per_epsilon", mem.per_epsilon, 0.0, 1.0)?;
-        within("memory.per_beta", mem.per_beta, 0.0, 1.0)?;
-        within("memory.memory_budget_mb", mem.memory_budget_mb, 0.0, 1e9)?;
-
-        let dev = &self.device;
-        at_least("device.num_devices", dev.num_devices, 1)?;
-        if !t.batch_size.is_multiple_of(dev.num_devices) {
-            return Err(invalid(
-                "training.batch_size",
-                format!(
-                    "{} does not divide evenly over device.num_devices = {}",
-                    t.batch_size, dev.num_devices
                 ),
             ));
         }

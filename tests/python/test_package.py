@@ -2,6 +2,8 @@
 after `pip install .` (plain asserts; `python tests/python/test_package.py`)."""
 
 import os
+import subprocess
+import sys
 import tempfile
 
 import gymnasium as gym
@@ -31,6 +33,18 @@ class Corridor(gym.Env):
 class Broken(Corridor):
     def step(self, action):
         raise RuntimeError("the corridor collapsed")
+
+
+class LateBroken(Corridor):
+    """Breaks after 400 steps of each copy."""
+
+    steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps > 400:
+            raise RuntimeError("the corridor collapsed late")
+        return super().step(action)
 
 
 class WithDict(Corridor):
@@ -81,6 +95,10 @@ def main():
         obs, _, done, _, _ = env.step(agent.select_action(one_hot[obs]))
         steps += 1
     assert done, "the agent did not reach the end of the corridor in 50 steps"
+    # Another process loads it without the environment object.
+    code = "import cumind; a = cumind.Agent.load(%r); print(a.select_action([0, 0, 1, 0, 0, 0]))"
+    out = subprocess.run([sys.executable, "-c", code % run], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() in ("0", "1"), out
     expect_error(ValueError, lambda: agent.select_action(np.zeros(5)), "[6]")
     expect_error(ValueError, lambda: agent.select_action(one_hot[0], [7]), "out of range")
 
@@ -97,6 +115,14 @@ def main():
     expect_error(ValueError, lambda: cumind.train({"training": {"batch_sise": 3}}), "batch_sise")
     expect_error(RuntimeError, lambda: cumind.train(small(300), env=Broken(), progress=False),
                  "the corridor collapsed", "Traceback")
+    # An exception after checkpoints were written: raised with its traceback, and the last
+    # checkpoint loads.
+    expect_error(RuntimeError, lambda: cumind.train(small(5000), env=LateBroken(), progress=False),
+                 "the corridor collapsed late")
+    runs = [d for d in os.listdir("checkpoints") if d.startswith("gymnasium-LateBroken")]
+    assert len(runs) == 1, runs
+    agent = cumind.Agent.load(os.path.join("checkpoints", runs[0]))
+    assert agent.select_action(one_hot[4]) in (0, 1)
     print("python package checks passed")
 
 
