@@ -2,6 +2,7 @@
 after `pip install .` (plain asserts; `python tests/python/test_package.py`)."""
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -123,6 +124,27 @@ def main():
     assert len(runs) == 1, runs
     agent = cumind.Agent.load(os.path.join("checkpoints", runs[0]))
     assert agent.select_action(one_hot[4]) in (0, 1)
+    # Ctrl-C stops the run after its current step with a checkpoint, and train returns.
+    code = (
+        "import signal, cumind\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "print('run:', cumind.train({'training': {'max_env_steps': 10**8, 'stop_return': 0}},"
+        " env='gymnasium:CartPole-v1', progress=False))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("eval @"):
+            break
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=300)
+    text = "".join(lines) + rest
+    assert proc.returncode == 0, text
+    assert "stopped: interrupted" in text, text
+    run = [l for l in text.splitlines() if l.startswith("run: ")][0][len("run: "):]
+    assert any(d.startswith("step-") for d in os.listdir(run)), os.listdir(run)
     print("python package checks passed")
 
 
