@@ -309,3 +309,64 @@ fn keys_the_run_would_not_read_are_warned_about() {
         assert!(!err.contains("warning"), "{args:?}: {err}");
     }
 }
+
+/// `train --env` and `--env-kwargs` set `environment.env_name` and `environment.env_kwargs`:
+/// the run trains the named environment; keyword arguments for a built-in environment, a
+/// `--set` on the same key, or a Gymnasium name in a build without Python are refused with
+/// the reason.
+#[test]
+fn train_takes_the_environment_and_its_keyword_arguments_from_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let catch = preset("catch.json");
+    let base = [
+        "--config",
+        &catch,
+        "--set",
+        "training.max_env_steps=64",
+        "--set",
+        "training.eval_interval=0",
+        "--set",
+        "training.checkpoint_root_dir=ckpt",
+        "--set",
+        "other.log_dir=runs",
+    ];
+    let out = cumind(d)
+        .args(base)
+        .args(["train", "--no-progress", "--env", "Catch"])
+        .args(["--set", "other.run_name=flag"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        stored_config(&d.join("ckpt/flag"))["Environment"]["env_name"],
+        "Catch"
+    );
+
+    let out = cumind(d)
+        .args(base)
+        .args(["train", "--env", "Catch", "--env-kwargs", r#"{"rows": 7}"#])
+        .output()
+        .unwrap();
+    assert_fails_with(&out, "Catch takes no keyword arguments");
+    let out = cumind(d)
+        .args(base)
+        .args([
+            "train",
+            "--env",
+            "Catch",
+            "--set",
+            "environment.env_name=Catch",
+        ])
+        .output()
+        .unwrap();
+    assert_fails_with(&out, "--env Catch and --set environment.env_name");
+    if !cumind::build_info::features().contains(&"python") {
+        let out = cumind(d)
+            .args(base)
+            .args(["train", "--env", "gymnasium:Acrobot-v1"])
+            .output()
+            .unwrap();
+        assert_fails_with(&out, "--features python");
+    }
+}
