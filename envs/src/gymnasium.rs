@@ -20,7 +20,7 @@ use std::ffi::CStr;
 use std::sync::Once;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyModule, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyModule};
 
 use crate::env::{EnvError, Environment, Info, Space};
 
@@ -294,6 +294,21 @@ impl GymnasiumEnv {
             }
         }
     }
+
+    /// [`GymnasiumEnv::observation_of`] the bytes `during` returned, a mismatch reported as
+    /// that call's error.
+    fn observation_in(
+        &self,
+        bytes: &Bound<'_, PyBytes>,
+        during: &str,
+    ) -> Result<Vec<f32>, EnvError> {
+        self.observation_of(bytes.as_bytes())
+            .map_err(|problem| EnvError::Python {
+                name: self.name.clone(),
+                during: during.into(),
+                traceback: format!("{during} returned {problem}\n"),
+            })
+    }
 }
 
 fn python_error(py: Python<'_>, name: &str, during: &str, err: &PyErr) -> EnvError {
@@ -313,6 +328,16 @@ fn python_error(py: Python<'_>, name: &str, during: &str, err: &PyErr) -> EnvErr
         during: during.to_string(),
         traceback,
     }
+}
+
+/// Anything numpy turns into an array, as its float32 values in row-major order (the
+/// conversion the bridge applies to observations).
+pub fn float32_values(value: &Bound<'_, PyAny>) -> PyResult<Vec<f32>> {
+    let bytes = helpers(value.py())?
+        .getattr("_observation")?
+        .call1((value,))?
+        .cast_into::<PyBytes>()?;
+    Ok(floats(bytes.as_bytes()))
 }
 
 fn floats(bytes: &[u8]) -> Vec<f32> {
@@ -335,22 +360,11 @@ impl Environment for GymnasiumEnv {
 
     fn reset(&mut self, seed: Option<u64>) -> (Vec<f32>, Info) {
         let result = Python::attach(|py| {
-            let out = helpers(py)
+            let (bytes, info) = helpers(py)
                 .and_then(|h| h.getattr("reset")?.call1((self.env.bind(py), seed)))
+                .and_then(|out| out.extract::<(Bound<'_, PyBytes>, Bound<'_, PyDict>)>())
                 .map_err(|err| python_error(py, &self.name, "reset", &err))?;
-            let out = out.cast_into::<PyTuple>().map_err(|e| e.to_string());
-            let parsed = out.and_then(|t| {
-                let bytes = t.get_item(0).map_err(|e| e.to_string())?;
-                let bytes = bytes.cast_into::<PyBytes>().map_err(|e| e.to_string())?;
-                let info = t.get_item(1).map_err(|e| e.to_string())?;
-                let info = info.cast_into::<PyDict>().map_err(|e| e.to_string())?;
-                Ok((self.observation_of(bytes.as_bytes())?, info_of(&info)))
-            });
-            parsed.map_err(|problem| EnvError::Python {
-                name: self.name.clone(),
-                during: "reset".into(),
-                traceback: format!("reset returned {problem}\n"),
-            })
+            Ok::<_, EnvError>((self.observation_in(&bytes, "reset")?, info_of(&info)))
         });
         match result {
             Ok((observation, info)) => {
@@ -388,13 +402,7 @@ impl Environment for GymnasiumEnv {
             let (bytes, reward, terminated, truncated, info) = out
                 .extract::<Stepped<'_>>()
                 .map_err(|err| python_error(py, &self.name, "step", &err))?;
-            let observation =
-                self.observation_of(bytes.as_bytes())
-                    .map_err(|problem| EnvError::Python {
-                        name: self.name.clone(),
-                        during: "step".into(),
-                        traceback: format!("step returned {problem}\n"),
-                    })?;
+            let observation = self.observation_in(&bytes, "step")?;
             Ok::<_, EnvError>((observation, reward, terminated, truncated, info_of(&info)))
         })?;
         self.over = terminated || truncated;

@@ -123,30 +123,25 @@ pub fn make_with(name: &str, kwargs: &Kwargs) -> Result<Box<dyn Environment>, En
     if kwargs.is_empty() {
         return make(name);
     }
-    match name.strip_prefix(GYMNASIUM_PREFIX) {
-        Some(id) => make_gymnasium(name, id, kwargs),
-        None => Err(EnvError::KwargsNotTaken {
+    if !name.starts_with(GYMNASIUM_PREFIX) {
+        return Err(EnvError::KwargsNotTaken {
             name: name.to_string(),
             kwargs: serde_json::Value::Object(kwargs.clone()).to_string(),
-        }),
+        });
     }
+    make_gymnasium(name, kwargs)
 }
 
+/// `gymnasium:ID` made by `gymnasium.make(ID, **kwargs)` in Python.
 #[cfg(feature = "python")]
-fn make_gymnasium(
-    _name: &str,
-    id: &str,
-    kwargs: &Kwargs,
-) -> Result<Box<dyn Environment>, EnvError> {
+fn make_gymnasium(name: &str, kwargs: &Kwargs) -> Result<Box<dyn Environment>, EnvError> {
+    let id = &name[GYMNASIUM_PREFIX.len()..];
     Ok(Box::new(crate::gymnasium::GymnasiumEnv::make(id, kwargs)?))
 }
 
+/// Without the `python` feature: an error that names the build it needs.
 #[cfg(not(feature = "python"))]
-fn make_gymnasium(
-    name: &str,
-    _id: &str,
-    _kwargs: &Kwargs,
-) -> Result<Box<dyn Environment>, EnvError> {
+fn make_gymnasium(name: &str, _kwargs: &Kwargs) -> Result<Box<dyn Environment>, EnvError> {
     Err(EnvError::PythonNotBuilt {
         name: name.to_string(),
     })
@@ -183,7 +178,7 @@ pub fn make(name: &str) -> Result<Box<dyn Environment>, EnvError> {
             match factory {
                 Some(factory) => factory(),
                 None if name.starts_with(GYMNASIUM_PREFIX) => {
-                    return make_gymnasium(name, &name[GYMNASIUM_PREFIX.len()..], &Kwargs::new())
+                    return make_gymnasium(name, &Kwargs::new())
                 }
                 None => {
                     return Err(EnvError::UnknownEnvironment {

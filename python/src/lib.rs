@@ -16,10 +16,10 @@ use std::time::Duration;
 use candle_core::Device;
 use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyDict, PyList};
 
 use cumind::config::{Config, ConfigSources};
-use cumind_envs::gymnasium::GymnasiumEnv;
+use cumind_envs::gymnasium::{float32_values, GymnasiumEnv};
 use cumind_envs::{Environment, GYMNASIUM_PREFIX};
 
 fn runtime_error(err: impl std::fmt::Display) -> PyErr {
@@ -33,21 +33,12 @@ fn value_error(err: impl std::fmt::Display) -> PyErr {
 /// The rows in `array` (anything numpy turns into an array) as float32, each of `shape`:
 /// `(rows, values)`; `what` names the rows in the error.
 fn float_rows(
-    py: Python<'_>,
     array: &Bound<'_, PyAny>,
     shape: &[usize],
     what: &str,
 ) -> PyResult<(usize, Vec<f32>)> {
     let row_len: usize = shape.iter().product();
-    let numpy = py.import("numpy")?;
-    let contiguous = numpy.call_method1("ascontiguousarray", (array, "float32"))?;
-    let bytes = contiguous.call_method0("tobytes")?;
-    let bytes = bytes.cast_into::<PyBytes>()?;
-    let values: Vec<f32> = bytes
-        .as_bytes()
-        .chunks_exact(4)
-        .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
+    let values = float32_values(array)?;
     if row_len == 0 || !values.len().is_multiple_of(row_len) {
         return Err(value_error(format!(
             "{} values do not make {what} of shape {shape:?} ({row_len} values each)",
@@ -112,7 +103,7 @@ impl Agent {
         observation: &Bound<'_, PyAny>,
         legal_actions: Option<Vec<usize>>,
     ) -> PyResult<usize> {
-        let (rows, values) = float_rows(py, observation, &self.observation_shape, "observations")?;
+        let (rows, values) = float_rows(observation, &self.observation_shape, "observations")?;
         if rows != 1 {
             return Err(value_error(format!(
                 "one observation of shape {:?} expected, got {} values (use select_actions for a batch)",
@@ -149,12 +140,12 @@ impl Agent {
         legal_mask: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let row = self.row_len();
-        let (rows, values) = float_rows(py, observations, &self.observation_shape, "observations")?;
+        let (rows, values) = float_rows(observations, &self.observation_shape, "observations")?;
         let masks: Vec<Vec<bool>> = match legal_mask {
             None => vec![vec![true; self.num_actions]; rows],
             Some(mask) => {
                 let (mask_rows, flat) =
-                    float_rows(py, mask, &[self.num_actions], "legal-action masks")?;
+                    float_rows(mask, &[self.num_actions], "legal-action masks")?;
                 if mask_rows != rows {
                     return Err(value_error(format!(
                         "{mask_rows} legal-action masks for {rows} observations"

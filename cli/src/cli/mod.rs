@@ -231,6 +231,23 @@ fn first_device_of_rank(
     }
 }
 
+/// A training run's process settings and devices: the device kind resolved (`auto` by the
+/// measured rule) and this rank's devices opened.
+fn open_run_devices(
+    config: &Config,
+    ranks: Option<&dyn Collective>,
+) -> Result<(DeviceKind, Vec<Device>)> {
+    set_process_options(config, local_ranks(ranks));
+    let device_type = device_choice::resolve(
+        config.device.device_type,
+        config,
+        config.environment.num_envs,
+        "environments",
+    )?;
+    let first = first_device_of_rank(device_type, config.device.num_devices, ranks);
+    Ok((device_type, open_devices(first, config.device.num_devices)?))
+}
+
 /// The ranks of this machine (1 without ranks), for the default thread count.
 fn local_ranks(ranks: Option<&dyn Collective>) -> usize {
     ranks.map_or(1, |r| r.local_size().max(1))
@@ -326,19 +343,7 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
     if rank == 0 {
         warn_ignored_keys(&config, &explicit_keys(config_args)?)?;
     }
-    set_process_options(&config, local_ranks(collective.as_deref()));
-    let device_type = device_choice::resolve(
-        config.device.device_type,
-        &config,
-        config.environment.num_envs,
-        "environments",
-    )?;
-    let first = first_device_of_rank(
-        device_type,
-        config.device.num_devices,
-        collective.as_deref(),
-    );
-    let devices = open_devices(first, config.device.num_devices)?;
+    let (device_type, devices) = open_run_devices(&config, collective.as_deref())?;
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -409,15 +414,7 @@ fn run_train(config_args: &ConfigArgs, args: TrainArgs) -> Result<()> {
 /// current step once `stop` is set. Returns the run's checkpoint directory. For programs that
 /// embed CuMind (the Python package's `cumind.train`).
 pub fn train_config(config: &Config, stop: Arc<AtomicBool>, progress: bool) -> Result<PathBuf> {
-    set_process_options(config, 1);
-    let device_type = device_choice::resolve(
-        config.device.device_type,
-        config,
-        config.environment.num_envs,
-        "environments",
-    )?;
-    let first = first_device_of_rank(device_type, config.device.num_devices, None);
-    let devices = open_devices(first, config.device.num_devices)?;
+    let (device_type, devices) = open_run_devices(config, None)?;
     let options = RunOptions {
         resume: None,
         stop,
