@@ -4,6 +4,7 @@
 use candle_core::{DType, Tensor};
 
 use super::fused::{fusable, fused_kernels, layer_norm, layer_norm_then, relu};
+use super::host_conv_trunk::{self, TrunkShape};
 use super::layers::{cast, min_max_scale, scale_and_shift, standardize, Head, Linear};
 use super::params::ParamBuilder;
 use super::{host_conv, unfold};
@@ -218,6 +219,14 @@ impl ConvTrunk {
     }
 
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if host_conv_trunk::runs(x) {
+            return trunk_on_host(x, Some((&self.input, &self.norm)), &self.blocks);
+        }
+        self.forward_layer_by_layer(x)
+    }
+
+    /// The trunk as one op per layer (what every device but the CPU runs).
+    fn forward_layer_by_layer(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let mut h = self
             .norm
             .forward_then(&self.input.forward(x)?, None, true)?;
@@ -226,6 +235,48 @@ impl ConvTrunk {
         }
         Ok(h)
     }
+}
+
+/// A stem (conv -> norm -> ReLU) if any, then `blocks`, over `x` as one host op
+/// (`host_conv_trunk`).
+fn trunk_on_host(
+    x: &Tensor,
+    stem: Option<(&Conv2d, &PlaneNorm)>,
+    blocks: &[ResConvBlock],
+) -> candle_core::Result<Tensor> {
+    let mut params: Vec<&Tensor> = Vec::new();
+    if let Some((conv, norm)) = stem {
+        params.extend([&conv.weight, &conv.bias, &norm.gamma, &norm.beta]);
+    }
+    for b in blocks {
+        params.extend([
+            &b.conv1.weight,
+            &b.conv1.bias,
+            &b.norm1.gamma,
+            &b.norm1.beta,
+        ]);
+        params.extend([
+            &b.conv2.weight,
+            &b.conv2.bias,
+            &b.norm2.gamma,
+            &b.norm2.beta,
+        ]);
+    }
+    let Some(first) = params.first() else {
+        return Ok(x.clone());
+    };
+    let (channels, _, kernel, _) = first.dims4()?;
+    let (_, input, h, w) = x.dims4()?;
+    let shape = TrunkShape {
+        input,
+        channels,
+        kernel,
+        h,
+        w,
+        stem: stem.is_some(),
+        blocks: blocks.len(),
+    };
+    host_conv_trunk::forward(x, shape, &params)
 }
 
 fn board(spec: &NetworkSpec) -> (usize, usize, usize) {
@@ -361,10 +412,15 @@ impl ConvPrediction {
     }
 
     pub fn forward(&self, latent: &Tensor) -> candle_core::Result<(Tensor, Tensor)> {
-        let mut h = latent.clone();
-        for block in &self.blocks {
-            h = block.forward(&h)?;
-        }
+        let h = if host_conv_trunk::runs(latent) {
+            trunk_on_host(latent, None, &self.blocks)?
+        } else {
+            let mut h = latent.clone();
+            for block in &self.blocks {
+                h = block.forward(&h)?;
+            }
+            h
+        };
         let p = relu(&self.policy_conv.forward(&h)?)?.flatten_from(1)?;
         let policy = self.policy_out.forward(&p)?;
         let v = relu(&self.value_conv.forward(&h)?)?.flatten_from(1)?;
@@ -379,6 +435,68 @@ mod tests {
 
     use super::*;
     use crate::testing::tensors::{assert_close, max_abs_difference, uniform, values};
+
+    /// The output of a stem (if any) and `blocks` over `x`, on the host as one op or layer by
+    /// layer, and the gradients of `x` and of every variable in `vars`.
+    fn trunk_and_gradients(
+        stem: Option<(&Conv2d, &PlaneNorm)>,
+        blocks: &[ResConvBlock],
+        vars: &[Var],
+        x: &Var,
+        mix: &Tensor,
+        host: bool,
+    ) -> Vec<Vec<f32>> {
+        let y = if host {
+            trunk_on_host(x.as_tensor(), stem, blocks).unwrap()
+        } else {
+            let mut h = match stem {
+                Some((conv, norm)) => norm
+                    .forward_then(&conv.forward(x.as_tensor()).unwrap(), None, true)
+                    .unwrap(),
+                None => x.as_tensor().clone(),
+            };
+            for block in blocks {
+                h = block.forward(&h).unwrap();
+            }
+            h
+        };
+        let grads = (&y * mix).unwrap().sum_all().unwrap().backward().unwrap();
+        let mut out = vec![values(&y), values(grads.get(x.as_tensor()).unwrap())];
+        // The stem's variables, without a stem, have no gradient either way.
+        out.extend(
+            vars.iter()
+                .map(|v| grads.get(v.as_tensor()).map(values).unwrap_or_default()),
+        );
+        out
+    }
+
+    /// The trunk as one host op equals the trunk layer by layer (host convolutions and fused
+    /// norms, themselves tested against candle's ops), forward and every gradient: with and
+    /// without a stem, with 0 to 2 blocks, over a batch of several chunks with a short last
+    /// one, every norm's scale and shift drawn at random.
+    #[test]
+    fn the_host_trunk_equals_the_layer_by_layer_trunk_and_its_gradients() {
+        let (b, h, w, channels) = (29, 6, 7, 5);
+        for (stem, blocks, input, seed) in [(true, 2, 3, 1), (false, 2, 5, 2), (true, 0, 4, 3)] {
+            let mut pb = ParamBuilder::random(seed, &candle_core::Device::Cpu);
+            let trunk = ConvTrunk::new(&mut pb, "trunk", input, channels, blocks).unwrap();
+            let vars = pb.finish().unwrap().vars();
+            for (i, v) in vars.iter().enumerate() {
+                v.set(&uniform(v.dims(), 1.0, 100 + i as u64)).unwrap();
+            }
+            let stem = stem.then_some((&trunk.input, &trunk.norm));
+            let x = Var::from_tensor(&uniform(&[b, input, h, w], 2.0, seed + 10)).unwrap();
+            let mix = uniform(&[b, channels, h, w], 1.0, seed + 20);
+            let ours = trunk_and_gradients(stem, &trunk.blocks, &vars, &x, &mix, true);
+            let theirs = trunk_and_gradients(stem, &trunk.blocks, &vars, &x, &mix, false);
+            assert_close(&ours[0], &theirs[0], 1e-4, "outputs");
+            assert_close(&ours[1], &theirs[1], 1e-3, "input gradients");
+            for (i, (a, b)) in ours[2..].iter().zip(&theirs[2..]).enumerate() {
+                assert_close(a, b, 2e-3, &format!("gradient of parameter {i}"));
+            }
+            assert!(ours[2..].iter().any(|g| g.iter().any(|v| v.abs() > 1e-3)));
+        }
+    }
 
     /// CUDA's fused plane norm (a layer norm over C * H * W with the channel's scale and shift
     /// spread over the board) computes the written-out one, forward and every gradient; run

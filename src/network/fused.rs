@@ -357,7 +357,7 @@ impl CustomOp3 for LayerNormThen {
 
 /// `sum(a_i * b_i)`, accumulated in eight lanes so that the compiler vectorises it (a plain
 /// f32 sum is a serial chain it may not reorder).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];
     let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
     let tail: f32 = a8
@@ -375,7 +375,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// `sum(a_i)`, in eight lanes (see [`dot`]).
-fn sum(a: &[f32]) -> f32 {
+pub(crate) fn sum(a: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];
     let a8 = a.chunks_exact(8);
     let tail: f32 = a8.remainder().iter().sum();

@@ -1,0 +1,662 @@
+//! A whole conv trunk on the CPU as one op: the stem (conv3x3 -> plane norm -> ReLU) and the
+//! residual blocks (conv3x3 -> norm -> ReLU -> conv3x3 -> norm, plus the block's input, then
+//! ReLU), forward and backward, on host buffers in f32.
+//!
+//! Layer by layer (`conv::ConvTrunk` with `host_conv`), a trunk is about ten candle ops per
+//! layer, each a pass over the batch, a fresh tensor, a change of layout around each matrix
+//! product and a wait for the rayon pool; in a training step of the Connect Four conv preset that
+//! overhead was over half the time (docs/benchmarks.md). Here a batch is split into chunks of
+//! whole samples, and each chunk goes through every layer on one thread, channels-last
+//! (`[positions, channels]`, so a convolution's product is already the next layer's input):
+//! unfold the 3 x 3 neighbourhoods into patch rows, multiply by the filters with `gemm` into
+//! rows that start as the bias, normalise each sample, add the residual and apply the ReLU in
+//! place. The backward pass walks the layers back from the activations the forward pass kept
+//! (recomputing the patches), and adds the chunks' parameter gradients in chunk order, so the
+//! result does not depend on the number of threads. It equals the layer-by-layer trunk to float
+//! rounding, forward and every gradient (tested).
+//!
+//! The op takes the input `[B, C, H, W]` and the trunk's parameters packed into one vector (a
+//! candle custom op takes at most three tensors; the packing is a `cat`, whose backward hands
+//! each parameter its slice of the gradient) and returns `[B, channels, H, W]`.
+
+use std::sync::Mutex;
+
+use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Storage, Tensor};
+use rayon::prelude::*;
+
+use super::fused::{dot, fusable, host_paths, narrowed, standardize_row, sum, widened};
+use super::host_mlp::gemm_strided;
+
+/// Board positions per chunk of work (whole samples, at least one): a fixed split whatever
+/// the number of threads, so results do not depend on it.
+const CHUNK_ROWS: usize = 512;
+
+const NORM_EPS: f32 = 1e-5;
+
+/// Whether a trunk over `x` runs as this module's op: an f32 CPU tensor `[B, C, H, W]` with
+/// the fused kernels and the host paths on.
+pub fn runs(x: &Tensor) -> bool {
+    x.device().is_cpu() && x.rank() == 4 && fusable(&[x]) && host_paths()
+}
+
+/// The shape of a trunk: `input` channels in, `channels` in every layer, a `kernel` x
+/// `kernel` board of `h` x `w`, a stem layer or not, and `blocks` residual blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrunkShape {
+    pub input: usize,
+    pub channels: usize,
+    pub kernel: usize,
+    pub h: usize,
+    pub w: usize,
+    pub stem: bool,
+    pub blocks: usize,
+}
+
+impl TrunkShape {
+    fn layers(&self) -> usize {
+        usize::from(self.stem) + 2 * self.blocks
+    }
+
+    fn positions(&self) -> usize {
+        self.h * self.w
+    }
+
+    /// Input channels of layer `l`.
+    fn layer_input(&self, l: usize) -> usize {
+        if l == 0 {
+            self.input
+        } else {
+            self.channels
+        }
+    }
+
+    /// Whether layer `l` closes a residual block (adds the block's input before its ReLU).
+    fn closes_block(&self, l: usize) -> bool {
+        let stem = usize::from(self.stem);
+        l >= stem && (l - stem) % 2 == 1
+    }
+
+    /// The layer whose input is the residual that layer `l` adds (when it closes a block).
+    fn block_start(&self, l: usize) -> usize {
+        l - 1
+    }
+
+    /// Values of layer `l`'s filters, `[channels, input, k, k]`.
+    fn filter_len(&self, l: usize) -> usize {
+        self.channels * self.layer_input(l) * self.kernel * self.kernel
+    }
+
+    /// Values of layer `l`'s parameters: filters, bias, norm scale, norm shift.
+    fn layer_params(&self, l: usize) -> usize {
+        self.filter_len(l) + 3 * self.channels
+    }
+
+    fn param_len(&self) -> usize {
+        (0..self.layers()).map(|l| self.layer_params(l)).sum()
+    }
+
+    fn samples_per_chunk(&self) -> usize {
+        (CHUNK_ROWS / self.positions().max(1)).max(1)
+    }
+}
+
+/// The trunk over `x` `[B, input, H, W]` with `params`: per layer, in order, the filters
+/// `[channels, in, k, k]`, the bias, the norm's scale and its shift (`[channels]` each). The
+/// caller checks [`runs`].
+pub fn forward(x: &Tensor, shape: TrunkShape, params: &[&Tensor]) -> candle_core::Result<Tensor> {
+    let (b, c, h, w) = x.dims4()?;
+    if (c, h, w) != (shape.input, shape.h, shape.w) || shape.kernel.is_multiple_of(2) {
+        candle_core::bail!("host conv trunk: an input of {:?} for {shape:?}", x.dims());
+    }
+    if params.len() != 4 * shape.layers() {
+        candle_core::bail!(
+            "host conv trunk: {} parameter tensors for {} layers",
+            params.len(),
+            shape.layers()
+        );
+    }
+    let flat: Vec<Tensor> = params
+        .iter()
+        .map(|p| p.flatten_all())
+        .collect::<candle_core::Result<_>>()?;
+    let packed = Tensor::cat(&flat, 0)?;
+    if packed.elem_count() != shape.param_len() {
+        candle_core::bail!(
+            "host conv trunk: {} parameter values for {shape:?} (needs {})",
+            packed.elem_count(),
+            shape.param_len()
+        );
+    }
+    let op = HostTrunk {
+        shape,
+        keep: x.track_op() || packed.track_op(),
+        input_grad: x.track_op(),
+        saved: Mutex::new(None),
+    };
+    let y = x.contiguous()?.apply_op2(&packed, op)?;
+    debug_assert_eq!(y.dims(), &[b, shape.channels, h, w]);
+    Ok(y)
+}
+
+/// Layer `l`'s parameters, sliced from the packed vector, filters turned to patch-row order
+/// (`[channels, k, k, in]`, matching [`unfold`]).
+struct LayerParams {
+    filters: Vec<f32>,
+    bias: Vec<f32>,
+    gamma: Vec<f32>,
+    beta: Vec<f32>,
+}
+
+fn unpack(shape: &TrunkShape, packed: &[f32]) -> Vec<LayerParams> {
+    let mut at = 0;
+    let mut take = |n: usize| {
+        let s = &packed[at..at + n];
+        at += n;
+        s
+    };
+    (0..shape.layers())
+        .map(|l| {
+            let c = shape.layer_input(l);
+            let filters = filters_to_rows(take(shape.filter_len(l)), c, shape.kernel);
+            let bias = take(shape.channels).to_vec();
+            let gamma = take(shape.channels).to_vec();
+            let beta = take(shape.channels).to_vec();
+            LayerParams {
+                filters,
+                bias,
+                gamma,
+                beta,
+            }
+        })
+        .collect()
+}
+
+/// Filters `[O, C, k, k]` (flattened) to patch-row order `[O, k, k, C]`.
+fn filters_to_rows(filters: &[f32], c: usize, k: usize) -> Vec<f32> {
+    let kk = k * k;
+    let mut out = vec![0f32; filters.len()];
+    for (src, dst) in filters
+        .chunks_exact(c * kk)
+        .zip(out.chunks_exact_mut(c * kk))
+    {
+        for (ci, taps) in src.chunks_exact(kk).enumerate() {
+            for (t, v) in taps.iter().enumerate() {
+                dst[t * c + ci] = *v;
+            }
+        }
+    }
+    out
+}
+
+/// The inverse of [`filters_to_rows`], added to `out`.
+fn add_rows_to_filters(rows: &[f32], c: usize, k: usize, out: &mut [f32]) {
+    let kk = k * k;
+    for (src, dst) in rows.chunks_exact(c * kk).zip(out.chunks_exact_mut(c * kk)) {
+        for (ci, taps) in dst.chunks_exact_mut(kk).enumerate() {
+            for (t, v) in taps.iter_mut().enumerate() {
+                *v += src[t * c + ci];
+            }
+        }
+    }
+}
+
+/// What the forward pass keeps of a chunk for the backward pass: every layer's output (after
+/// its ReLU; `acts[0]` is the input) and its normalised values before scale and shift, with
+/// each sample's 1 / std, all channels-last.
+struct ChunkSaved {
+    acts: Vec<Vec<f32>>,
+    xhat: Vec<Vec<f32>>,
+    rstd: Vec<Vec<f32>>,
+}
+
+/// The op's state: the shape, whether to keep activations (the output is differentiated) and
+/// the input's gradient (it is tracked), and what the forward pass kept.
+struct HostTrunk {
+    shape: TrunkShape,
+    keep: bool,
+    input_grad: bool,
+    saved: Mutex<Option<Vec<ChunkSaved>>>,
+}
+
+/// `[n, C, H*W]` to `[n, H*W, C]`.
+fn to_channels_last(src: &[f32], c: usize, hw: usize, dst: &mut [f32]) {
+    for (s, d) in src.chunks_exact(c * hw).zip(dst.chunks_exact_mut(c * hw)) {
+        for (ci, plane) in s.chunks_exact(hw).enumerate() {
+            for (p, v) in plane.iter().enumerate() {
+                d[p * c + ci] = *v;
+            }
+        }
+    }
+}
+
+/// `[n, H*W, C]` to `[n, C, H*W]`.
+fn to_channels_first(src: &[f32], c: usize, hw: usize, dst: &mut [f32]) {
+    for (s, d) in src.chunks_exact(c * hw).zip(dst.chunks_exact_mut(c * hw)) {
+        for (ci, plane) in d.chunks_exact_mut(hw).enumerate() {
+            for (p, v) in plane.iter_mut().enumerate() {
+                *v = s[p * c + ci];
+            }
+        }
+    }
+}
+
+/// Patch rows of channels-last boards `x` (`[n, H, W, C]`): a row per position, `[k, k, C]`,
+/// zeros where the neighbourhood leaves the board.
+fn unfold(x: &[f32], c: usize, shape: &TrunkShape, cols: &mut [f32]) {
+    let (h, w, k) = (shape.h, shape.w, shape.kernel);
+    let (p, row_len, hw) = (k / 2, k * k * c, h * w);
+    for (board, rows) in x
+        .chunks_exact(hw * c)
+        .zip(cols.chunks_exact_mut(hw * row_len))
+    {
+        for (i, row) in rows.chunks_exact_mut(row_len).enumerate() {
+            let (y, xx) = (i / w, i % w);
+            for (ky, line) in row.chunks_exact_mut(k * c).enumerate() {
+                let sy = (y + ky).wrapping_sub(p);
+                if sy >= h {
+                    line.fill(0.0);
+                    continue;
+                }
+                for (kx, dst) in line.chunks_exact_mut(c).enumerate() {
+                    let sx = (xx + kx).wrapping_sub(p);
+                    if sx >= w {
+                        dst.fill(0.0);
+                    } else {
+                        let at = (sy * w + sx) * c;
+                        dst.copy_from_slice(&board[at..at + c]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The adjoint of [`unfold`]: adds each patch entry of `cols` to the board value it came
+/// from, in `dx` (`[n, H, W, C]`, added to).
+fn fold(cols: &[f32], c: usize, shape: &TrunkShape, dx: &mut [f32]) {
+    let (h, w, k) = (shape.h, shape.w, shape.kernel);
+    let (p, row_len, hw) = (k / 2, k * k * c, h * w);
+    for (board, rows) in dx
+        .chunks_exact_mut(hw * c)
+        .zip(cols.chunks_exact(hw * row_len))
+    {
+        for (i, row) in rows.chunks_exact(row_len).enumerate() {
+            let (y, xx) = (i / w, i % w);
+            for (ky, line) in row.chunks_exact(k * c).enumerate() {
+                let sy = (y + ky).wrapping_sub(p);
+                if sy >= h {
+                    continue;
+                }
+                for (kx, src) in line.chunks_exact(c).enumerate() {
+                    let sx = (xx + kx).wrapping_sub(p);
+                    if sx < w {
+                        let at = (sy * w + sx) * c;
+                        for (d, v) in board[at..at + c].iter_mut().zip(src) {
+                            *d += v;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One layer forward on a chunk: `out` (`[rows, O]`) = conv(`input`) + bias, normalised per
+/// sample (the normalised values into `xhat` and the 1 / std into `rstd` when kept), scaled and
+/// shifted per channel, plus `residual`, then ReLU.
+#[allow(clippy::too_many_arguments)]
+fn layer_forward(
+    shape: &TrunkShape,
+    c: usize,
+    params: &LayerParams,
+    input: &[f32],
+    residual: Option<&[f32]>,
+    cols: &mut Vec<f32>,
+    out: &mut [f32],
+    keep: Option<(&mut [f32], &mut [f32])>,
+) {
+    let o = shape.channels;
+    let row_len = shape.kernel * shape.kernel * c;
+    let rows = out.len() / o;
+    cols.resize(rows * row_len, 0.0);
+    unfold(input, c, shape, cols);
+    for row in out.chunks_exact_mut(o) {
+        row.copy_from_slice(&params.bias);
+    }
+    gemm_strided(
+        rows,
+        o,
+        row_len,
+        (cols, row_len, 1),
+        (&params.filters, 1, row_len),
+        out,
+        true,
+    );
+    let per_sample = shape.positions() * o;
+    let (mut kept_xhat, mut kept_rstd) = match keep {
+        Some((x, r)) => (Some(x), Some(r)),
+        None => (None, None),
+    };
+    let mut scratch = Vec::new();
+    for (s, sample) in out.chunks_exact_mut(per_sample).enumerate() {
+        let xhat: &mut [f32] = match kept_xhat.as_deref_mut() {
+            Some(xhat) => &mut xhat[s * per_sample..(s + 1) * per_sample],
+            None => {
+                scratch.resize(per_sample, 0.0);
+                &mut scratch
+            }
+        };
+        let rstd = standardize_row(sample, NORM_EPS, xhat);
+        if let Some(r) = kept_rstd.as_deref_mut() {
+            r[s] = rstd;
+        }
+        for (v, xh) in sample.chunks_exact_mut(o).zip(xhat.chunks_exact(o)) {
+            for ((v, &x), (&g, &b)) in v
+                .iter_mut()
+                .zip(xh)
+                .zip(params.gamma.iter().zip(&params.beta))
+            {
+                *v = x * g + b;
+            }
+        }
+    }
+    if let Some(r) = residual {
+        for (v, x) in out.iter_mut().zip(r) {
+            *v += x;
+        }
+    }
+    for v in out.iter_mut() {
+        *v = v.max(0.0);
+    }
+}
+
+impl HostTrunk {
+    /// The trunk on one chunk of `n` samples (`x` channels-first), its output channels-first
+    /// into `out`; the activations when kept.
+    fn forward_chunk(
+        &self,
+        layers: &[LayerParams],
+        x: &[f32],
+        out: &mut [f32],
+    ) -> Option<ChunkSaved> {
+        let shape = &self.shape;
+        let hw = shape.positions();
+        let n = x.len() / (shape.input * hw);
+        let rows = n * hw;
+        let o = shape.channels;
+        let mut input = vec![0f32; x.len()];
+        to_channels_last(x, shape.input, hw, &mut input);
+        let mut acts = vec![input];
+        let (mut xhats, mut rstds) = (Vec::new(), Vec::new());
+        let mut cols = Vec::new();
+        for (l, params) in layers.iter().enumerate() {
+            let mut y = vec![0f32; rows * o];
+            let residual = shape
+                .closes_block(l)
+                .then(|| acts[shape.block_start(l)].as_slice());
+            let (mut xhat, mut rstd) = if self.keep {
+                (vec![0f32; rows * o], vec![0f32; n])
+            } else {
+                (Vec::new(), Vec::new())
+            };
+            let keep = self.keep.then_some((&mut xhat[..], &mut rstd[..]));
+            layer_forward(
+                shape,
+                shape.layer_input(l),
+                params,
+                &acts[l],
+                residual,
+                &mut cols,
+                &mut y,
+                keep,
+            );
+            if self.keep {
+                xhats.push(xhat);
+                rstds.push(rstd);
+            }
+            acts.push(y);
+        }
+        to_channels_first(&acts[layers.len()], o, hw, out);
+        self.keep.then_some(ChunkSaved {
+            acts,
+            xhat: xhats,
+            rstd: rstds,
+        })
+    }
+
+    /// The backward pass of one chunk: the input's gradient (channels-first, when wanted) into
+    /// `dx`, and the chunk's parameter gradients (packed, in [`TrunkShape`]'s order, filters in
+    /// patch-row order) returned.
+    fn backward_chunk(
+        &self,
+        layers: &[LayerParams],
+        saved: &ChunkSaved,
+        grad: &[f32],
+        dx: Option<&mut [f32]>,
+    ) -> Vec<Vec<f32>> {
+        let shape = &self.shape;
+        let (hw, o, k) = (shape.positions(), shape.channels, shape.kernel);
+        let n = grad.len() / (o * hw);
+        let rows = n * hw;
+        let per_sample = hw * o;
+        let mut g = vec![0f32; rows * o];
+        to_channels_last(grad, o, hw, &mut g);
+        let mut grads: Vec<Vec<f32>> = (0..layers.len())
+            .map(|l| vec![0f32; shape.layer_params(l)])
+            .collect();
+        // The gradient of a block's input through its residual path, waiting for the block's
+        // first layer.
+        let mut pending_residual: Option<Vec<f32>> = None;
+        let mut cols = Vec::new();
+        let mut dcols = Vec::new();
+        for l in (0..layers.len()).rev() {
+            let params = &layers[l];
+            let c = shape.layer_input(l);
+            let row_len = k * k * c;
+            // Through the ReLU.
+            for (gv, a) in g.iter_mut().zip(&saved.acts[l + 1]) {
+                *gv = if *a > 0.0 { *gv } else { 0.0 };
+            }
+            if shape.closes_block(l) {
+                pending_residual = Some(g.clone());
+            }
+            // Through the norm: g becomes the gradient of the convolution's output.
+            let (filter_len, param) = (shape.filter_len(l), &mut grads[l]);
+            let (dfilters, rest) = param.split_at_mut(filter_len);
+            let (dbias, rest) = rest.split_at_mut(o);
+            let (dgamma, dbeta) = rest.split_at_mut(o);
+            let xhat = &saved.xhat[l];
+            let mut dxhat = vec![0f32; per_sample];
+            for (s, (gs, xs)) in g
+                .chunks_exact_mut(per_sample)
+                .zip(xhat.chunks_exact(per_sample))
+                .enumerate()
+            {
+                for ((dv, gp), xp) in dxhat
+                    .chunks_exact_mut(o)
+                    .zip(gs.chunks_exact(o))
+                    .zip(xs.chunks_exact(o))
+                {
+                    for (((d, (&gv, &xv)), (dg, db)), &gm) in dv
+                        .iter_mut()
+                        .zip(gp.iter().zip(xp))
+                        .zip(dgamma.iter_mut().zip(dbeta.iter_mut()))
+                        .zip(&params.gamma)
+                    {
+                        *dg += gv * xv;
+                        *db += gv;
+                        *d = gv * gm;
+                    }
+                }
+                let inv = 1.0 / per_sample as f32;
+                let (mean_g, mean_gx) = (sum(&dxhat) * inv, dot(&dxhat, xs) * inv);
+                let rstd = saved.rstd[l][s];
+                for ((gv, dv), xv) in gs.iter_mut().zip(&dxhat).zip(xs) {
+                    *gv = rstd * (dv - mean_g - xv * mean_gx);
+                }
+            }
+            for row in g.chunks_exact(o) {
+                for (d, v) in dbias.iter_mut().zip(row) {
+                    *d += v;
+                }
+            }
+            // Filter gradients [O, k k C] = g^T x patches.
+            cols.resize(rows * row_len, 0.0);
+            unfold(&saved.acts[l], c, shape, &mut cols);
+            gemm_strided(
+                o,
+                row_len,
+                rows,
+                (&g, 1, o),
+                (&cols, row_len, 1),
+                dfilters,
+                true,
+            );
+            if l == 0 && dx.is_none() {
+                break;
+            }
+            // The input's gradient: g x filters, folded back onto the board.
+            dcols.resize(rows * row_len, 0.0);
+            gemm_strided(
+                rows,
+                row_len,
+                o,
+                (&g, o, 1),
+                (&params.filters, row_len, 1),
+                &mut dcols,
+                false,
+            );
+            let mut g_in = vec![0f32; rows * c];
+            fold(&dcols, c, shape, &mut g_in);
+            if shape.closes_block(l + 1) {
+                if let Some(r) = pending_residual.take() {
+                    for (d, v) in g_in.iter_mut().zip(&r) {
+                        *d += v;
+                    }
+                }
+            }
+            g = g_in;
+        }
+        if let Some(dx) = dx {
+            to_channels_first(&g, shape.input, hw, dx);
+        }
+        grads
+    }
+}
+
+impl CustomOp2 for HostTrunk {
+    fn name(&self) -> &'static str {
+        "cumind-host-conv-trunk"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let shape = &self.shape;
+        let (x, packed) = (widened(s1, l1)?, widened(s2, l2)?);
+        let hw = shape.positions();
+        let board = shape.input * hw;
+        if board == 0 || !x.len().is_multiple_of(board) || packed.len() != shape.param_len() {
+            candle_core::bail!(
+                "host conv trunk: {} input and {} parameter values for {shape:?}",
+                x.len(),
+                packed.len()
+            );
+        }
+        let b = x.len() / board;
+        let layers = unpack(shape, &packed);
+        let per_chunk = shape.samples_per_chunk();
+        let out_board = shape.channels * hw;
+        let mut out = vec![0f32; b * out_board];
+        let saved: Vec<Option<ChunkSaved>> = out
+            .par_chunks_mut(per_chunk * out_board)
+            .zip(x.par_chunks(per_chunk * board))
+            .map(|(out, x)| self.forward_chunk(&layers, x, out))
+            .collect();
+        if self.keep {
+            *self.saved.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(saved.into_iter().flatten().collect());
+        }
+        Ok((
+            narrowed(out, s1),
+            Shape::from((b, shape.channels, shape.h, shape.w)),
+        ))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        packed: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let shape = &self.shape;
+        let guard = self.saved.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(saved) = guard.as_ref() else {
+            candle_core::bail!("host conv trunk: a backward pass without a kept forward pass");
+        };
+        let grad = grad.contiguous()?;
+        let (gs, gl) = grad.storage_and_layout();
+        let Storage::Cpu(gcpu) = &*gs else {
+            candle_core::bail!("host conv trunk: a gradient off the CPU");
+        };
+        let grad_values = widened(gcpu, gl)?;
+        let (ps, pl) = packed.storage_and_layout();
+        let Storage::Cpu(pcpu) = &*ps else {
+            candle_core::bail!("host conv trunk: parameters off the CPU");
+        };
+        let layers = unpack(shape, &widened(pcpu, pl)?);
+        let hw = shape.positions();
+        let per_chunk = shape.samples_per_chunk();
+        let (board, out_board) = (shape.input * hw, shape.channels * hw);
+        let mut dx = vec![0f32; if self.input_grad { x.elem_count() } else { 0 }];
+        let grad_chunks = grad_values.par_chunks(per_chunk * out_board);
+        let partials: Vec<Vec<Vec<f32>>> = if self.input_grad {
+            dx.par_chunks_mut(per_chunk * board)
+                .zip(grad_chunks)
+                .zip(saved.par_iter())
+                .map(|((dx, g), s)| self.backward_chunk(&layers, s, g, Some(dx)))
+                .collect()
+        } else {
+            grad_chunks
+                .zip(saved.par_iter())
+                .map(|(g, s)| self.backward_chunk(&layers, s, g, None))
+                .collect()
+        };
+        let mut dpacked = vec![0f32; shape.param_len()];
+        let mut at = 0;
+        for l in 0..shape.layers() {
+            let len = shape.layer_params(l);
+            let flen = shape.filter_len(l);
+            let dst = &mut dpacked[at..at + len];
+            let mut sum = vec![0f32; len];
+            for chunk in &partials {
+                for (d, v) in sum.iter_mut().zip(&chunk[l]) {
+                    *d += v;
+                }
+            }
+            add_rows_to_filters(
+                &sum[..flen],
+                shape.layer_input(l),
+                shape.kernel,
+                &mut dst[..flen],
+            );
+            dst[flen..].copy_from_slice(&sum[flen..]);
+            at += len;
+        }
+        let device = x.device();
+        let dx = if self.input_grad {
+            Some(Tensor::from_vec(dx, x.shape(), device)?.to_dtype(x.dtype())?)
+        } else {
+            None
+        };
+        Ok((
+            dx,
+            Some(Tensor::from_vec(dpacked, packed.shape(), device)?.to_dtype(packed.dtype())?),
+        ))
+    }
+}
