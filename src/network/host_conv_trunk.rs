@@ -33,6 +33,7 @@ const CHUNK_ROWS: usize = 512;
 
 const NORM_EPS: f32 = 1e-5;
 
+
 /// Whether a trunk over `x` runs as this module's op: an f32 CPU tensor `[B, C, H, W]` with
 /// the fused kernels and the host paths on.
 pub fn runs(x: &Tensor) -> bool {
@@ -218,6 +219,30 @@ struct HostTrunk {
     saved: Mutex<Option<Vec<ChunkSaved>>>,
 }
 
+thread_local! {
+    /// Each thread's patch buffers, kept between calls: written afresh by every layer, they
+    /// would otherwise be new memory (page faults) for every chunk.
+    static SCRATCH: std::cell::Cell<[Vec<f32>; 2]> = const { std::cell::Cell::new([Vec::new(), Vec::new()]) };
+}
+
+/// The thread's patch buffers (their contents unspecified), to hand back with [`put_scratch`].
+fn take_scratch() -> [Vec<f32>; 2] {
+    SCRATCH.with(|s| s.take())
+}
+
+/// Keeps `buffers` for the thread's next [`take_scratch`] (the larger of each pair).
+fn put_scratch(buffers: [Vec<f32>; 2]) {
+    SCRATCH.with(|s| {
+        let mut kept = s.take();
+        for (k, b) in kept.iter_mut().zip(buffers) {
+            if b.capacity() > k.capacity() {
+                *k = b;
+            }
+        }
+        s.set(kept);
+    });
+}
+
 /// `[n, C, H*W]` to `[n, H*W, C]`.
 fn to_channels_last(src: &[f32], c: usize, hw: usize, dst: &mut [f32]) {
     for (s, d) in src.chunks_exact(c * hw).zip(dst.chunks_exact_mut(c * hw)) {
@@ -257,6 +282,12 @@ fn unfold(x: &[f32], c: usize, shape: &TrunkShape, cols: &mut [f32]) {
                     line.fill(0.0);
                     continue;
                 }
+                if xx >= p && xx + p < w {
+                    // The whole line of the neighbourhood lies on the board: one copy.
+                    let at = (sy * w + xx - p) * c;
+                    line.copy_from_slice(&board[at..at + k * c]);
+                    continue;
+                }
                 for (kx, dst) in line.chunks_exact_mut(c).enumerate() {
                     let sx = (xx + kx).wrapping_sub(p);
                     if sx >= w {
@@ -285,6 +316,13 @@ fn fold(cols: &[f32], c: usize, shape: &TrunkShape, dx: &mut [f32]) {
             for (ky, line) in row.chunks_exact(k * c).enumerate() {
                 let sy = (y + ky).wrapping_sub(p);
                 if sy >= h {
+                    continue;
+                }
+                if xx >= p && xx + p < w {
+                    let at = (sy * w + xx - p) * c;
+                    for (d, v) in board[at..at + k * c].iter_mut().zip(line) {
+                        *d += v;
+                    }
                     continue;
                 }
                 for (kx, src) in line.chunks_exact(c).enumerate() {
@@ -388,7 +426,7 @@ impl HostTrunk {
         to_channels_last(x, shape.input, hw, &mut input);
         let mut acts = vec![input];
         let (mut xhats, mut rstds) = (Vec::new(), Vec::new());
-        let mut cols = Vec::new();
+        let [mut cols, _] = take_scratch();
         for (l, params) in layers.iter().enumerate() {
             let mut y = vec![0f32; rows * o];
             let residual = shape
@@ -417,6 +455,7 @@ impl HostTrunk {
             acts.push(y);
         }
         to_channels_first(&acts[layers.len()], o, hw, out);
+        put_scratch([cols, Vec::new()]);
         self.keep.then_some(ChunkSaved {
             acts,
             xhat: xhats,
@@ -447,8 +486,7 @@ impl HostTrunk {
         // The gradient of a block's input through its residual path, waiting for the block's
         // first layer.
         let mut pending_residual: Option<Vec<f32>> = None;
-        let mut cols = Vec::new();
-        let mut dcols = Vec::new();
+        let [mut cols, mut dcols] = take_scratch();
         for l in (0..layers.len()).rev() {
             let params = &layers[l];
             let c = shape.layer_input(l);
@@ -540,6 +578,7 @@ impl HostTrunk {
         if let Some(dx) = dx {
             to_channels_first(&g, shape.input, hw, dx);
         }
+        put_scratch([cols, dcols]);
         grads
     }
 }
