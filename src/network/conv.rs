@@ -52,6 +52,9 @@ impl Conv2d {
         };
         let x = cast(x, compute)?;
         let kernel = self.padding * 2 + 1;
+        if kernel == 1 && host_conv::convolves(&x, kernel) {
+            return cast(&host_conv::conv1x1(&x, &self.weight, &self.bias)?, dtype);
+        }
         if host_conv::convolves(&x, kernel) {
             return cast(&host_conv::conv2d(&x, &self.weight, &self.bias)?, dtype);
         }

@@ -716,6 +716,21 @@ impl CustomOp2 for GatherRows {
     }
 }
 
+/// [`min_max_scale_rows`] with a backward pass, on the CPU (training): the gradient reaches
+/// every value through the shift and the scale, and every value equal to its row's minimum or
+/// maximum also gets that extreme's whole gradient, as candle's `min_keepdim` and
+/// `max_keepdim` hand it out (the written-out form, `layers::min_max_scale`).
+pub fn min_max_scale_rows_differentiable(x: &Tensor) -> candle_core::Result<Tensor> {
+    x.contiguous()?.apply_op1(MinMaxScale)
+}
+
+/// A row's minimum and maximum.
+fn row_extremes(row: &[f32]) -> (f32, f32) {
+    let lo = row.iter().copied().fold(f32::INFINITY, f32::min);
+    let hi = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    (lo, hi)
+}
+
 struct MinMaxScale;
 
 impl CustomOp1 for MinMaxScale {
@@ -737,12 +752,97 @@ impl CustomOp1 for MinMaxScale {
         let d = last_dim(l)?;
         let mut out = Vec::with_capacity(x.len());
         for row in x.chunks_exact(d) {
-            let lo = row.iter().copied().fold(f32::INFINITY, f32::min);
-            let hi = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let (lo, hi) = row_extremes(row);
             let scale = (hi - lo) + 1e-5;
             out.extend(row.iter().map(|v| (v - lo) / scale));
         }
         Ok((narrowed(out, s), l.shape().clone()))
+    }
+
+    fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(x.apply_op2_no_bwd(
+            &grad.contiguous()?,
+            &MinMaxScaleBackward,
+        )?))
+    }
+}
+
+/// The gradient of [`MinMaxScale`] from its input and its output's gradient (CPU).
+struct MinMaxScaleBackward;
+
+impl CustomOp2 for MinMaxScaleBackward {
+    fn name(&self) -> &'static str {
+        "cumind-min-max-scale-backward"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (x, g) = (widened(s1, l1)?, widened(s2, l2)?);
+        let d = last_dim(l1)?;
+        if g.len() != x.len() {
+            candle_core::bail!(
+                "min-max scale backward: {} gradients for {} values",
+                g.len(),
+                x.len()
+            );
+        }
+        let mut dx = vec![0f32; x.len()];
+        for ((row, g), dx) in x
+            .chunks_exact(d)
+            .zip(g.chunks_exact(d))
+            .zip(dx.chunks_exact_mut(d))
+        {
+            let (lo, hi) = row_extremes(row);
+            let scale = (hi - lo) + 1e-5;
+            // y = (x - lo) / scale: dy/dlo = (y - 1) / scale, dy/dhi = -y / scale.
+            let (mut dlo, mut dhi) = (0f32, 0f32);
+            for (v, gv) in row.iter().zip(g) {
+                let y = (v - lo) / scale;
+                dlo += gv * (y - 1.0);
+                dhi -= gv * y;
+            }
+            let (dlo, dhi) = (dlo / scale, dhi / scale);
+            for ((d, v), gv) in dx.iter_mut().zip(row).zip(g) {
+                *d = gv / scale
+                    + if *v == lo { dlo } else { 0.0 }
+                    + if *v == hi { dhi } else { 0.0 };
+            }
+        }
+        Ok((narrowed(dx, s1), l1.shape().clone()))
+    }
+}
+
+/// The identity forward; backward, the gradient times `scale` (MuZero's halved gradient
+/// entering the dynamics). One copy where the written-out form (`layers::scale_gradient`) is
+/// three ops forward and two backward.
+pub fn scale_gradient(x: &Tensor, scale: f64) -> candle_core::Result<Tensor> {
+    x.contiguous()?.apply_op1(ScaleGradient(scale))
+}
+
+struct ScaleGradient(f64);
+
+impl CustomOp1 for ScaleGradient {
+    fn name(&self) -> &'static str {
+        "cumind-scale-gradient"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let x = widened(s, l)?;
+        Ok((narrowed(x.into_owned(), s), l.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        _x: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(grad.affine(self.0, 0.0)?))
     }
 }
 
@@ -973,7 +1073,7 @@ impl CustomOp3 for SoftCrossEntropyBackward {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::tensors::uniform;
+    use crate::testing::tensors::{assert_close, uniform, values};
     use candle_core::{Device, Var};
 
     fn close(a: &Tensor, b: &Tensor, tol: f32, what: &str) {
@@ -1302,7 +1402,7 @@ mod tests {
         for (rows, d, seed) in [(4, 32, 1), (3, 2688, 2)] {
             let x = uniform(&[rows, d], 3.0, seed);
             let fused = min_max_scale_rows(&x).unwrap().to_vec2::<f32>().unwrap();
-            let written = super::super::layers::min_max_scale(&x)
+            let written = super::super::layers::min_max_scale_written_out(&x)
                 .unwrap()
                 .to_vec2::<f32>()
                 .unwrap();
@@ -1310,5 +1410,56 @@ mod tests {
             let flat: Vec<f32> = fused.concat();
             assert!(flat.iter().all(|v| (0.0..=1.0).contains(v)));
         }
+    }
+
+    /// The differentiable min-max scaling's gradient equals candle's written-out one, on
+    /// rows with ties at both extremes: ReLU zeros at the minimum (as a conv trunk's output
+    /// has), a repeated maximum, and a constant row.
+    #[test]
+    fn the_min_max_scale_gradient_equals_the_written_out_one_with_ties() {
+        let mut data = values(&uniform(&[5, 24], 2.0, 7).relu().unwrap());
+        data[24 + 3] = 5.0;
+        data[24 + 9] = 5.0;
+        data[72..96].fill(0.25);
+        let x = Var::from_tensor(&Tensor::from_vec(data, (5, 24), &Device::Cpu).unwrap()).unwrap();
+        let mix = uniform(&[5, 24], 1.0, 8);
+        let run = |fused: bool| {
+            let y = if fused {
+                min_max_scale_rows_differentiable(x.as_tensor()).unwrap()
+            } else {
+                super::super::layers::min_max_scale_written_out(x.as_tensor()).unwrap()
+            };
+            let grads = (&y * &mix).unwrap().sum_all().unwrap().backward().unwrap();
+            (values(&y), values(grads.get(x.as_tensor()).unwrap()))
+        };
+        let (ours, theirs) = (run(true), run(false));
+        assert_close(&ours.0, &theirs.0, 1e-6, "outputs");
+        // The constant row's scale is 1e-5, so its gradients are of order 1e5: compare each
+        // value relative to its size.
+        for (i, (a, b)) in ours.1.iter().zip(&theirs.1).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-4 * b.abs().max(1.0),
+                "gradient {i}: {a} against {b}"
+            );
+        }
+        assert!(ours.1.iter().any(|g| g.abs() > 1e-2));
+    }
+
+    /// The gradient scaler is the identity forward and scales the gradient backward, as
+    /// the written-out form.
+    #[test]
+    fn the_gradient_scaler_scales_only_the_gradient() {
+        let x = Var::from_tensor(&uniform(&[3, 4, 2, 2], 1.0, 9)).unwrap();
+        let mix = uniform(&[3, 4, 2, 2], 1.0, 10);
+        let y = scale_gradient(x.as_tensor(), 0.5).unwrap();
+        assert_eq!(values(&y), values(x.as_tensor()));
+        let grads = (&y * &mix).unwrap().sum_all().unwrap().backward().unwrap();
+        let expected: Vec<f32> = values(&mix).iter().map(|m| m * 0.5).collect();
+        assert_close(
+            &values(grads.get(x.as_tensor()).unwrap()),
+            &expected,
+            1e-7,
+            "gradients",
+        );
     }
 }

@@ -47,6 +47,162 @@ pub fn conv2d(x: &Tensor, weight: &Tensor, bias: &Tensor) -> candle_core::Result
     )
 }
 
+/// A 1 x 1 convolution: `x` `[B, C, H, W]`, `weight` `[O, C, 1, 1]` and `bias` `[O]`, all f32
+/// on the CPU -> `[B, O, H, W]`, as sums of whole planes (no patches: each output plane is the
+/// bias plus the input planes weighted by the filter). The conv heads' 1 x 1 convolutions
+/// (one or two output planes) cost little arithmetic, so the passes over the batch are what
+/// counts.
+pub fn conv1x1(x: &Tensor, weight: &Tensor, bias: &Tensor) -> candle_core::Result<Tensor> {
+    let (_, c, h, w) = x.dims4()?;
+    let (o, wc, k, k2) = weight.dims4()?;
+    if wc != c || k != 1 || k2 != 1 {
+        candle_core::bail!("host conv1x1: a {o}x{wc}x{k}x{k2} filter for {c} channels");
+    }
+    x.contiguous()?.apply_op3(
+        &weight.reshape((o, c))?.contiguous()?,
+        &bias.contiguous()?,
+        Pointwise { c, hw: h * w },
+    )
+}
+
+/// See [`conv1x1`]: arguments x `[B, C, H, W]`, filters `[O, C]`, bias `[O]`.
+struct Pointwise {
+    c: usize,
+    hw: usize,
+}
+
+impl Pointwise {
+    /// Samples per chunk of work (a fixed split, whatever the number of threads).
+    fn chunk_samples(&self) -> usize {
+        (CHUNK_ROWS / self.hw.max(1)).max(1) * 4
+    }
+}
+
+impl CustomOp3 for Pointwise {
+    fn name(&self) -> &'static str {
+        "cumind-host-conv1x1"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (x, filters, bias) = (widened(s1, l1)?, widened(s2, l2)?, widened(s3, l3)?);
+        let (c, hw, o) = (self.c, self.hw, bias.len());
+        if filters.len() != o * c || c * hw == 0 || !x.len().is_multiple_of(c * hw) {
+            candle_core::bail!(
+                "host conv1x1: {} inputs, {} filter values",
+                x.len(),
+                filters.len()
+            );
+        }
+        let b = x.len() / (c * hw);
+        let per_chunk = self.chunk_samples();
+        let mut out = vec![0f32; b * o * hw];
+        out.par_chunks_mut(per_chunk * o * hw)
+            .zip(x.par_chunks(per_chunk * c * hw))
+            .for_each(|(out, x)| {
+                for (out, x) in out.chunks_exact_mut(o * hw).zip(x.chunks_exact(c * hw)) {
+                    for ((plane, f), b) in out
+                        .chunks_exact_mut(hw)
+                        .zip(filters.chunks_exact(c))
+                        .zip(bias.iter())
+                    {
+                        plane.fill(*b);
+                        for (input, wv) in x.chunks_exact(hw).zip(f) {
+                            for (d, v) in plane.iter_mut().zip(input) {
+                                *d += wv * v;
+                            }
+                        }
+                    }
+                }
+            });
+        let shape = l1.shape().dims();
+        Ok((narrowed(out, s1), Shape::from((b, o, shape[2], shape[3]))))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        filters: &Tensor,
+        _bias: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let grad = grad.contiguous()?;
+        let (c, hw) = (self.c, self.hw);
+        let o = filters.dim(0)?;
+        let (dx, partials) = {
+            let (xs, xl) = x.storage_and_layout();
+            let (fs, fl) = filters.storage_and_layout();
+            let (gs, gl) = grad.storage_and_layout();
+            let (x, filters, g) = (
+                cpu_values(&xs, xl)?,
+                cpu_values(&fs, fl)?,
+                cpu_values(&gs, gl)?,
+            );
+            let per_chunk = self.chunk_samples();
+            let mut dx = vec![0f32; x.len()];
+            let partials: Vec<(Vec<f32>, Vec<f32>)> = dx
+                .par_chunks_mut(per_chunk * c * hw)
+                .zip(x.par_chunks(per_chunk * c * hw))
+                .zip(g.par_chunks(per_chunk * o * hw))
+                .map(|((dx, x), g)| {
+                    let (mut dfilters, mut dbias) = (vec![0f32; o * c], vec![0f32; o]);
+                    for ((dx, x), g) in dx
+                        .chunks_exact_mut(c * hw)
+                        .zip(x.chunks_exact(c * hw))
+                        .zip(g.chunks_exact(o * hw))
+                    {
+                        for (((gp, f), df), db) in g
+                            .chunks_exact(hw)
+                            .zip(filters.chunks_exact(c))
+                            .zip(dfilters.chunks_exact_mut(c))
+                            .zip(dbias.iter_mut())
+                        {
+                            *db += super::fused::sum(gp);
+                            for (((dplane, plane), wv), dw) in dx
+                                .chunks_exact_mut(hw)
+                                .zip(x.chunks_exact(hw))
+                                .zip(f)
+                                .zip(df.iter_mut())
+                            {
+                                *dw += super::fused::dot(gp, plane);
+                                for (d, gv) in dplane.iter_mut().zip(gp) {
+                                    *d += wv * gv;
+                                }
+                            }
+                        }
+                    }
+                    (dfilters, dbias)
+                })
+                .collect();
+            (dx, partials)
+        };
+        let mut dfilters = vec![0f32; o * c];
+        let mut dbias = vec![0f32; o];
+        for (df, db) in &partials {
+            for (d, v) in dfilters.iter_mut().zip(df) {
+                *d += v;
+            }
+            for (d, v) in dbias.iter_mut().zip(db) {
+                *d += v;
+            }
+        }
+        let device = x.device();
+        Ok((
+            Some(Tensor::from_vec(dx, x.shape(), device)?),
+            Some(Tensor::from_vec(dfilters, filters.shape(), device)?),
+            Some(Tensor::from_vec(dbias, o, device)?),
+        ))
+    }
+}
+
 /// The shape of one convolution. Patch rows are laid out tap-major with the channels
 /// innermost (`[ky, kx, C]`), so that a row is k copies of k * C contiguous values of the
 /// board zero-padded and turned channels-last; the filters are reordered to match.
@@ -433,6 +589,17 @@ mod tests {
             let ours = conv_and_gradients(k, seed, |x, w, b| conv2d(x, w, b).unwrap());
             let theirs = conv_and_gradients(k, seed, candle_conv);
             assert_all_close(&ours, &theirs, (1e-5, 1e-4), &format!("k = {k}"));
+        }
+    }
+
+    /// The 1 x 1 convolution of whole planes and candle's conv2d, forward and every gradient,
+    /// over a batch of several chunks.
+    #[test]
+    fn the_pointwise_convolution_equals_candles_conv2d_and_its_gradients() {
+        for (shape, seed) in [((3, 4, 5, 6, 7), 1), ((90, 5, 6, 7, 2), 2)] {
+            let ours = conv_and_gradients_of(shape, 1, seed, |x, w, b| conv1x1(x, w, b).unwrap());
+            let theirs = conv_and_gradients_of(shape, 1, seed, candle_conv);
+            assert_all_close(&ours, &theirs, (1e-5, 1e-3), &format!("{shape:?}"));
         }
     }
 

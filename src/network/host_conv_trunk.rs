@@ -33,7 +33,6 @@ const CHUNK_ROWS: usize = 512;
 
 const NORM_EPS: f32 = 1e-5;
 
-
 /// Whether a trunk over `x` runs as this module's op: an f32 CPU tensor `[B, C, H, W]` with
 /// the fused kernels and the host paths on.
 pub fn runs(x: &Tensor) -> bool {

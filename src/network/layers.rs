@@ -311,6 +311,16 @@ pub fn min_max_scale(s: &Tensor) -> candle_core::Result<Tensor> {
         let dims = s.dims().to_vec();
         return fused::min_max_scale_rows(&s.flatten_from(1)?)?.reshape(dims);
     }
+    // The CPU in f32 (training too): one op each way.
+    if s.device().is_cpu() && fused::fusable(&[s]) && s.rank() >= 2 {
+        let dims = s.dims().to_vec();
+        return fused::min_max_scale_rows_differentiable(&s.flatten_from(1)?)?.reshape(dims);
+    }
+    min_max_scale_written_out(s)
+}
+
+/// [`min_max_scale`] as candle's elementary ops.
+pub fn min_max_scale_written_out(s: &Tensor) -> candle_core::Result<Tensor> {
     if s.rank() == 2 {
         let min = s.min_keepdim(1)?;
         let scale = ((s.max_keepdim(1)? - &min)? + 1e-5)?;
@@ -328,5 +338,8 @@ pub fn min_max_scale(s: &Tensor) -> candle_core::Result<Tensor> {
 
 /// Identity forward, gradient multiplied by `scale` backward.
 pub fn scale_gradient(x: &Tensor, scale: f64) -> candle_core::Result<Tensor> {
+    if x.device().is_cpu() && fused::fusable(&[x]) {
+        return fused::scale_gradient(x, scale);
+    }
     (x * scale)? + (x.detach() * (1.0 - scale))?
 }
