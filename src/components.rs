@@ -111,6 +111,7 @@ fn search_config_for(config: &Config, env: &EnvInfo, symmetric: bool) -> SearchC
             Vec::new()
         },
         exact_rules: m.model == SearchModelKind::Exact,
+        sampling_moves: m.sampling_moves,
     }
 }
 

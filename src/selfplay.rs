@@ -21,7 +21,9 @@ use crate::exact_model::search_games;
 use crate::model::{Interruptible, ModelError};
 use crate::network::{MuZeroNetwork, SearchModel};
 use crate::replay::GameHistory;
-use crate::search::{choose_actions, SearchConfig, SearchError, SearchInput};
+use crate::search::{
+    choose_actions, choose_actions_in_games, SearchConfig, SearchError, SearchInput,
+};
 
 /// Errors of self-play and evaluation.
 #[derive(Debug, thiserror::Error)]
@@ -215,7 +217,15 @@ impl Actor {
             Err(SearchError::Model(ModelError::Interrupted)) => return Ok(None),
             other => other?,
         };
-        let mut actions: Vec<usize> = choose_actions(&out, &masks, temperature, &mut self.rng);
+        let moves_played: Vec<usize> = self.games.iter().map(|g| g.actions.len()).collect();
+        let mut actions: Vec<usize> = choose_actions_in_games(
+            &out,
+            &masks,
+            temperature,
+            &moves_played,
+            search.sampling_moves,
+            &mut self.rng,
+        );
         // Environments still in their random opening play a random legal move instead.
         let opening: Vec<bool> = self.opening_left.iter().map(|&left| left > 0).collect();
         for i in (0..n).filter(|&i| opening[i]) {
@@ -810,6 +820,7 @@ mod tests {
             policy: SearchPolicy::Puct,
             symmetries: Vec::new(),
             exact_rules: false,
+            sampling_moves: None,
         };
         let mut actor = Actor::new(&"TicTacToe".into(), 8, seed, 0)
             .unwrap()
@@ -847,6 +858,7 @@ mod tests {
             policy: SearchPolicy::Puct,
             symmetries: Vec::new(),
             exact_rules: false,
+            sampling_moves: None,
         };
         let mut actor = Actor::new(&"CartPole-v1".into(), 4, 9, segment_length)
             .unwrap()
@@ -982,6 +994,7 @@ mod tests {
             policy: SearchPolicy::Puct,
             symmetries: Vec::new(),
             exact_rules: false,
+            sampling_moves: None,
         };
         let on = |threads: usize| {
             rayon::ThreadPoolBuilder::new()

@@ -79,6 +79,7 @@ fn search_config(policy: SearchPolicy, simulations: usize) -> SearchConfig {
         policy,
         symmetries: Vec::new(),
         exact_rules: false,
+        sampling_moves: None,
     }
 }
 

@@ -84,6 +84,12 @@ impl Config {
                 "mcts.temperature_schedule",
                 format!("{why}; Gumbel MuZero plays the action its sequential halving selects, not a visit-count sample"),
             );
+            if m.sampling_moves.is_some() {
+                add(
+                    "mcts.sampling_moves",
+                    format!("{why}; Gumbel MuZero plays the action its sequential halving selects, not a visit-count sample"),
+                );
+            }
         } else {
             let why = "mcts.search_policy is \"puct\"; only Gumbel MuZero reads it";
             add("mcts.max_considered_actions", why.to_string());

@@ -223,6 +223,10 @@ pub struct MctsConfig {
     /// Visit-count temperature: `[[progress, temperature], ...]`, progress in [0, 1] of the
     /// training budget, sorted; the last entry whose progress has been reached applies.
     pub temperature_schedule: Vec<(f64, f64)>,
+    /// pUCT self-play: moves of each game (after any random opening) sampled at the
+    /// schedule's temperature; later moves are the most visited one (AlphaZero's 30 sampling
+    /// moves in chess). `null`: every move is sampled.
+    pub sampling_moves: Option<usize>,
 }
 
 /// "Environment".

@@ -397,6 +397,7 @@ mod tests {
             policy,
             symmetries: Vec::new(),
             exact_rules: false,
+            sampling_moves: None,
         }
     }
 

@@ -96,10 +96,82 @@ pub fn choose_actions<R: Rng + ?Sized>(
         .collect()
 }
 
+/// [`choose_actions`] for trees whose games have played `moves_played` moves each: a game
+/// that has played `sampling_moves` or more plays its most visited move instead of a sample
+/// (AlphaZero's sampling moves; Gumbel's selected actions stand). With `sampling_moves` `None`,
+/// [`choose_actions`] exactly.
+///
+/// # Shapes
+/// `legal_masks`: `[B * A]`, `moves_played`: `[B]`; returns `[B]`.
+pub fn choose_actions_in_games<R: Rng + ?Sized>(
+    output: &super::SearchOutput,
+    legal_masks: &[bool],
+    temperature: f32,
+    moves_played: &[usize],
+    sampling_moves: Option<usize>,
+    rng: &mut R,
+) -> Vec<usize> {
+    let Some(limit) = sampling_moves else {
+        return choose_actions(output, legal_masks, temperature, rng);
+    };
+    if let Some(actions) = &output.gumbel_actions {
+        return actions.clone();
+    }
+    let a = output.num_actions;
+    (0..output.batch)
+        .map(|i| {
+            let t = if moves_played[i] >= limit {
+                0.0
+            } else {
+                temperature
+            };
+            select_action(
+                &output.visit_counts[i * a..(i + 1) * a],
+                &legal_masks[i * a..(i + 1) * a],
+                t,
+                rng,
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use rand::SeedableRng;
+
+    /// Past its sampling moves a game plays its most visited legal move, whatever the
+    /// temperature; before them it still samples.
+    #[test]
+    fn games_past_their_sampling_moves_play_the_most_visited_move() {
+        let output = crate::search::SearchOutput {
+            batch: 2,
+            num_actions: 3,
+            root_values: vec![0.0; 2],
+            visit_counts: vec![1, 5, 3, 1, 5, 3],
+            policy_targets: vec![0.0; 6],
+            root_q: vec![0.0; 6],
+            root_priors: vec![0.0; 6],
+            gumbel_actions: None,
+            max_depth: 1,
+        };
+        let masks = vec![true; 6];
+        let mut sampled = std::collections::BTreeSet::new();
+        for seed in 0..50 {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let actions =
+                choose_actions_in_games(&output, &masks, 1000.0, &[4, 5], Some(5), &mut rng);
+            assert_eq!(actions[1], 1, "seed {seed}: the game past 5 moves");
+            sampled.insert(actions[0]);
+        }
+        assert_eq!(sampled.len(), 3, "the game at 4 moves samples every action");
+        // Without a limit, both sample.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+        let free: std::collections::BTreeSet<usize> = (0..50)
+            .map(|_| choose_actions_in_games(&output, &masks, 1000.0, &[4, 5], None, &mut rng)[1])
+            .collect();
+        assert_eq!(free.len(), 3);
+    }
 
     #[test]
     fn temperature_zero_is_argmax_over_legal() {

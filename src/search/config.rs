@@ -74,6 +74,11 @@ pub struct SearchConfig {
     /// callers that hold the environments search through `crate::exact_model::ExactModel`.
     /// The search itself does not read it.
     pub exact_rules: bool,
+    /// Self-play samples its moves by visit-count temperature for this many moves of each
+    /// game's record, then plays the most visited move (AlphaZero's sampling moves); `None`
+    /// samples every move. The search itself does not read it.
+    #[serde(default)]
+    pub sampling_moves: Option<usize>,
 }
 
 impl Default for SearchConfig {
@@ -89,6 +94,7 @@ impl Default for SearchConfig {
             policy: SearchPolicy::Puct,
             symmetries: Vec::new(),
             exact_rules: false,
+            sampling_moves: None,
         }
     }
 }

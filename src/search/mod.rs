@@ -56,7 +56,7 @@ pub mod tree;
 #[cfg(test)]
 mod tests;
 
-pub use action::{choose_actions, select_action};
+pub use action::{choose_actions, choose_actions_in_games, select_action};
 pub use config::{SearchConfig, SearchPolicy};
 pub use error::SearchError;
 pub use output::SearchOutput;
