@@ -184,16 +184,7 @@ impl CustomOp3 for Pointwise {
                 .collect();
             (dx, partials)
         };
-        let mut dfilters = vec![0f32; o * c];
-        let mut dbias = vec![0f32; o];
-        for (df, db) in &partials {
-            for (d, v) in dfilters.iter_mut().zip(df) {
-                *d += v;
-            }
-            for (d, v) in dbias.iter_mut().zip(db) {
-                *d += v;
-            }
-        }
+        let (dfilters, dbias) = sum_in_order(&partials, o * c, o);
         let device = x.device();
         Ok((
             Some(Tensor::from_vec(dx, x.shape(), device)?),
@@ -560,9 +551,20 @@ fn backward(
             )
         })
         .collect();
-    let mut dfilters = vec![0f32; o * row_len];
-    let mut dbias = vec![0f32; o];
-    for (df, db) in &partials {
+    let (dfilters, dbias) = sum_in_order(&partials, o * row_len, o);
+    Ok((dx, plan.rows_to_filters(&dfilters), dbias))
+}
+
+/// The chunks' (filter, bias) gradients added up in chunk order (so the sum does not depend on
+/// the number of threads).
+fn sum_in_order(
+    partials: &[(Vec<f32>, Vec<f32>)],
+    filter_len: usize,
+    bias_len: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    let mut dfilters = vec![0f32; filter_len];
+    let mut dbias = vec![0f32; bias_len];
+    for (df, db) in partials {
         for (d, v) in dfilters.iter_mut().zip(df) {
             *d += v;
         }
@@ -570,7 +572,7 @@ fn backward(
             *d += v;
         }
     }
-    Ok((dx, plan.rows_to_filters(&dfilters), dbias))
+    (dfilters, dbias)
 }
 
 #[cfg(test)]
