@@ -320,37 +320,48 @@ impl Plan {
 
     /// Filters `[O, C, k, k]` (flattened) reordered to this plan's patch rows: `[O, k, k, C]`.
     fn filters_to_rows(&self, filters: &[f32]) -> Vec<f32> {
-        let (kk, row_len) = (self.k * self.k, self.patch_len());
-        let mut out = vec![0f32; filters.len()];
-        for (src, dst) in filters
-            .chunks_exact(row_len)
-            .zip(out.chunks_exact_mut(row_len))
-        {
-            for (ci, taps) in src.chunks_exact(kk).enumerate() {
-                for (t, v) in taps.iter().enumerate() {
-                    dst[t * self.c + ci] = *v;
-                }
-            }
-        }
-        out
+        filters_to_rows(filters, self.c, self.k)
     }
 
     /// The inverse of [`Plan::filters_to_rows`].
     fn rows_to_filters(&self, rows: &[f32]) -> Vec<f32> {
-        let (kk, row_len) = (self.k * self.k, self.patch_len());
-        let mut out = vec![0f32; rows.len()];
-        for (src, dst) in rows
-            .chunks_exact(row_len)
-            .zip(out.chunks_exact_mut(row_len))
-        {
-            for (ci, taps) in dst.chunks_exact_mut(kk).enumerate() {
-                for (t, v) in taps.iter_mut().enumerate() {
-                    *v = src[t * self.c + ci];
-                }
+        rows_to_filters(rows, self.c, self.k)
+    }
+}
+
+/// Filters `[O, C, k, k]` (flattened) reordered to patch rows that are tap-major with the
+/// channels innermost: `[O, k, k, C]`.
+pub(super) fn filters_to_rows(filters: &[f32], c: usize, k: usize) -> Vec<f32> {
+    let (kk, row_len) = (k * k, c * k * k);
+    let mut out = vec![0f32; filters.len()];
+    for (src, dst) in filters
+        .chunks_exact(row_len)
+        .zip(out.chunks_exact_mut(row_len))
+    {
+        for (ci, taps) in src.chunks_exact(kk).enumerate() {
+            for (t, v) in taps.iter().enumerate() {
+                dst[t * c + ci] = *v;
             }
         }
-        out
     }
+    out
+}
+
+/// The inverse of [`filters_to_rows`].
+pub(super) fn rows_to_filters(rows: &[f32], c: usize, k: usize) -> Vec<f32> {
+    let (kk, row_len) = (k * k, c * k * k);
+    let mut out = vec![0f32; rows.len()];
+    for (src, dst) in rows
+        .chunks_exact(row_len)
+        .zip(out.chunks_exact_mut(row_len))
+    {
+        for (ci, taps) in dst.chunks_exact_mut(kk).enumerate() {
+            for (t, v) in taps.iter_mut().enumerate() {
+                *v = src[t * c + ci];
+            }
+        }
+    }
+    out
 }
 
 /// See [`conv2d`]: arguments x `[B, C, H, W]`, filters `[O, C * k * k]`, bias `[O]`.
@@ -455,7 +466,7 @@ thread_local! {
 
 /// `f` on three scratch buffers of `lens` values each (their contents unspecified), the
 /// thread's own when free, fresh ones otherwise.
-fn with_scratch<R>(lens: [usize; 3], f: impl FnOnce([&mut [f32]; 3]) -> R) -> R {
+pub(super) fn with_scratch<R>(lens: [usize; 3], f: impl FnOnce([&mut [f32]; 3]) -> R) -> R {
     let run = |buffers: &mut [Vec<f32>; 3]| {
         for (buffer, &len) in buffers.iter_mut().zip(&lens) {
             if buffer.len() < len {

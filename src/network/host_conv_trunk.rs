@@ -25,6 +25,7 @@ use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Storage, Tensor};
 use rayon::prelude::*;
 
 use super::fused::{dot, fusable, host_paths, narrowed, standardize_row, sum, widened};
+use super::host_conv::{filters_to_rows, rows_to_filters, with_scratch};
 use super::host_mlp::gemm_strided;
 
 /// Board positions per chunk of work (whole samples, at least one): a fixed split whatever
@@ -171,35 +172,6 @@ fn unpack(shape: &TrunkShape, packed: &[f32]) -> Vec<LayerParams> {
         .collect()
 }
 
-/// Filters `[O, C, k, k]` (flattened) to patch-row order `[O, k, k, C]`.
-fn filters_to_rows(filters: &[f32], c: usize, k: usize) -> Vec<f32> {
-    let kk = k * k;
-    let mut out = vec![0f32; filters.len()];
-    for (src, dst) in filters
-        .chunks_exact(c * kk)
-        .zip(out.chunks_exact_mut(c * kk))
-    {
-        for (ci, taps) in src.chunks_exact(kk).enumerate() {
-            for (t, v) in taps.iter().enumerate() {
-                dst[t * c + ci] = *v;
-            }
-        }
-    }
-    out
-}
-
-/// The inverse of [`filters_to_rows`], added to `out`.
-fn add_rows_to_filters(rows: &[f32], c: usize, k: usize, out: &mut [f32]) {
-    let kk = k * k;
-    for (src, dst) in rows.chunks_exact(c * kk).zip(out.chunks_exact_mut(c * kk)) {
-        for (ci, taps) in dst.chunks_exact_mut(kk).enumerate() {
-            for (t, v) in taps.iter_mut().enumerate() {
-                *v += src[t * c + ci];
-            }
-        }
-    }
-}
-
 /// What the forward pass keeps of a chunk for the backward pass: every layer's output (after
 /// its ReLU; `acts[0]` is the input) and its normalised values before scale and shift, with
 /// each sample's 1 / std, all channels-last.
@@ -216,30 +188,6 @@ struct HostTrunk {
     keep: bool,
     input_grad: bool,
     saved: Mutex<Option<Vec<ChunkSaved>>>,
-}
-
-thread_local! {
-    /// Each thread's patch buffers, kept between calls: written afresh by every layer, they
-    /// would otherwise be new memory (page faults) for every chunk.
-    static SCRATCH: std::cell::Cell<[Vec<f32>; 2]> = const { std::cell::Cell::new([Vec::new(), Vec::new()]) };
-}
-
-/// The thread's patch buffers (their contents unspecified), to hand back with [`put_scratch`].
-fn take_scratch() -> [Vec<f32>; 2] {
-    SCRATCH.with(|s| s.take())
-}
-
-/// Keeps `buffers` for the thread's next [`take_scratch`] (the larger of each pair).
-fn put_scratch(buffers: [Vec<f32>; 2]) {
-    SCRATCH.with(|s| {
-        let mut kept = s.take();
-        for (k, b) in kept.iter_mut().zip(buffers) {
-            if b.capacity() > k.capacity() {
-                *k = b;
-            }
-        }
-        s.set(kept);
-    });
 }
 
 /// `[n, C, H*W]` to `[n, H*W, C]`.
@@ -348,14 +296,14 @@ fn layer_forward(
     params: &LayerParams,
     input: &[f32],
     residual: Option<&[f32]>,
-    cols: &mut Vec<f32>,
+    cols: &mut [f32],
     out: &mut [f32],
     keep: Option<(&mut [f32], &mut [f32])>,
 ) {
     let o = shape.channels;
     let row_len = shape.kernel * shape.kernel * c;
     let rows = out.len() / o;
-    cols.resize(rows * row_len, 0.0);
+    let cols = &mut cols[..rows * row_len];
     unfold(input, c, shape, cols);
     for row in out.chunks_exact_mut(o) {
         row.copy_from_slice(&params.bias);
@@ -425,36 +373,39 @@ impl HostTrunk {
         to_channels_last(x, shape.input, hw, &mut input);
         let mut acts = vec![input];
         let (mut xhats, mut rstds) = (Vec::new(), Vec::new());
-        let [mut cols, _] = take_scratch();
-        for (l, params) in layers.iter().enumerate() {
-            let mut y = vec![0f32; rows * o];
-            let residual = shape
-                .closes_block(l)
-                .then(|| acts[shape.block_start(l)].as_slice());
-            let (mut xhat, mut rstd) = if self.keep {
-                (vec![0f32; rows * o], vec![0f32; n])
-            } else {
-                (Vec::new(), Vec::new())
-            };
-            let keep = self.keep.then_some((&mut xhat[..], &mut rstd[..]));
-            layer_forward(
-                shape,
-                shape.layer_input(l),
-                params,
-                &acts[l],
-                residual,
-                &mut cols,
-                &mut y,
-                keep,
-            );
-            if self.keep {
-                xhats.push(xhat);
-                rstds.push(rstd);
+        // The thread's patch buffer, kept between calls (fresh memory for every chunk
+        // would be page faults).
+        let cols_len = rows * shape.kernel * shape.kernel * shape.input.max(o);
+        with_scratch([cols_len, 0, 0], |[cols, _, _]| {
+            for (l, params) in layers.iter().enumerate() {
+                let mut y = vec![0f32; rows * o];
+                let residual = shape
+                    .closes_block(l)
+                    .then(|| acts[shape.block_start(l)].as_slice());
+                let (mut xhat, mut rstd) = if self.keep {
+                    (vec![0f32; rows * o], vec![0f32; n])
+                } else {
+                    (Vec::new(), Vec::new())
+                };
+                let keep = self.keep.then_some((&mut xhat[..], &mut rstd[..]));
+                layer_forward(
+                    shape,
+                    shape.layer_input(l),
+                    params,
+                    &acts[l],
+                    residual,
+                    cols,
+                    &mut y,
+                    keep,
+                );
+                if self.keep {
+                    xhats.push(xhat);
+                    rstds.push(rstd);
+                }
+                acts.push(y);
             }
-            acts.push(y);
-        }
+        });
         to_channels_first(&acts[layers.len()], o, hw, out);
-        put_scratch([cols, Vec::new()]);
         self.keep.then_some(ChunkSaved {
             acts,
             xhat: xhats,
@@ -485,99 +436,100 @@ impl HostTrunk {
         // The gradient of a block's input through its residual path, waiting for the block's
         // first layer.
         let mut pending_residual: Option<Vec<f32>> = None;
-        let [mut cols, mut dcols] = take_scratch();
-        for l in (0..layers.len()).rev() {
-            let params = &layers[l];
-            let c = shape.layer_input(l);
-            let row_len = k * k * c;
-            // Through the ReLU.
-            for (gv, a) in g.iter_mut().zip(&saved.acts[l + 1]) {
-                *gv = if *a > 0.0 { *gv } else { 0.0 };
-            }
-            if shape.closes_block(l) {
-                pending_residual = Some(g.clone());
-            }
-            // Through the norm: g becomes the gradient of the convolution's output.
-            let (filter_len, param) = (shape.filter_len(l), &mut grads[l]);
-            let (dfilters, rest) = param.split_at_mut(filter_len);
-            let (dbias, rest) = rest.split_at_mut(o);
-            let (dgamma, dbeta) = rest.split_at_mut(o);
-            let xhat = &saved.xhat[l];
-            let mut dxhat = vec![0f32; per_sample];
-            for (s, (gs, xs)) in g
-                .chunks_exact_mut(per_sample)
-                .zip(xhat.chunks_exact(per_sample))
-                .enumerate()
-            {
-                for ((dv, gp), xp) in dxhat
-                    .chunks_exact_mut(o)
-                    .zip(gs.chunks_exact(o))
-                    .zip(xs.chunks_exact(o))
+        let cols_len = rows * k * k * shape.input.max(o);
+        with_scratch([cols_len, cols_len, 0], |[cols, dcols, _]| {
+            for l in (0..layers.len()).rev() {
+                let params = &layers[l];
+                let c = shape.layer_input(l);
+                let row_len = k * k * c;
+                // Through the ReLU.
+                for (gv, a) in g.iter_mut().zip(&saved.acts[l + 1]) {
+                    *gv = if *a > 0.0 { *gv } else { 0.0 };
+                }
+                if shape.closes_block(l) {
+                    pending_residual = Some(g.clone());
+                }
+                // Through the norm: g becomes the gradient of the convolution's output.
+                let (filter_len, param) = (shape.filter_len(l), &mut grads[l]);
+                let (dfilters, rest) = param.split_at_mut(filter_len);
+                let (dbias, rest) = rest.split_at_mut(o);
+                let (dgamma, dbeta) = rest.split_at_mut(o);
+                let xhat = &saved.xhat[l];
+                let mut dxhat = vec![0f32; per_sample];
+                for (s, (gs, xs)) in g
+                    .chunks_exact_mut(per_sample)
+                    .zip(xhat.chunks_exact(per_sample))
+                    .enumerate()
                 {
-                    for (((d, (&gv, &xv)), (dg, db)), &gm) in dv
-                        .iter_mut()
-                        .zip(gp.iter().zip(xp))
-                        .zip(dgamma.iter_mut().zip(dbeta.iter_mut()))
-                        .zip(&params.gamma)
+                    for ((dv, gp), xp) in dxhat
+                        .chunks_exact_mut(o)
+                        .zip(gs.chunks_exact(o))
+                        .zip(xs.chunks_exact(o))
                     {
-                        *dg += gv * xv;
-                        *db += gv;
-                        *d = gv * gm;
+                        for (((d, (&gv, &xv)), (dg, db)), &gm) in dv
+                            .iter_mut()
+                            .zip(gp.iter().zip(xp))
+                            .zip(dgamma.iter_mut().zip(dbeta.iter_mut()))
+                            .zip(&params.gamma)
+                        {
+                            *dg += gv * xv;
+                            *db += gv;
+                            *d = gv * gm;
+                        }
+                    }
+                    let inv = 1.0 / per_sample as f32;
+                    let (mean_g, mean_gx) = (sum(&dxhat) * inv, dot(&dxhat, xs) * inv);
+                    let rstd = saved.rstd[l][s];
+                    for ((gv, dv), xv) in gs.iter_mut().zip(&dxhat).zip(xs) {
+                        *gv = rstd * (dv - mean_g - xv * mean_gx);
                     }
                 }
-                let inv = 1.0 / per_sample as f32;
-                let (mean_g, mean_gx) = (sum(&dxhat) * inv, dot(&dxhat, xs) * inv);
-                let rstd = saved.rstd[l][s];
-                for ((gv, dv), xv) in gs.iter_mut().zip(&dxhat).zip(xs) {
-                    *gv = rstd * (dv - mean_g - xv * mean_gx);
-                }
-            }
-            for row in g.chunks_exact(o) {
-                for (d, v) in dbias.iter_mut().zip(row) {
-                    *d += v;
-                }
-            }
-            // Filter gradients [O, k k C] = g^T x patches.
-            cols.resize(rows * row_len, 0.0);
-            unfold(&saved.acts[l], c, shape, &mut cols);
-            gemm_strided(
-                o,
-                row_len,
-                rows,
-                (&g, 1, o),
-                (&cols, row_len, 1),
-                dfilters,
-                true,
-            );
-            if l == 0 && dx.is_none() {
-                break;
-            }
-            // The input's gradient: g x filters, folded back onto the board.
-            dcols.resize(rows * row_len, 0.0);
-            gemm_strided(
-                rows,
-                row_len,
-                o,
-                (&g, o, 1),
-                (&params.filters, row_len, 1),
-                &mut dcols,
-                false,
-            );
-            let mut g_in = vec![0f32; rows * c];
-            fold(&dcols, c, shape, &mut g_in);
-            if shape.closes_block(l + 1) {
-                if let Some(r) = pending_residual.take() {
-                    for (d, v) in g_in.iter_mut().zip(&r) {
+                for row in g.chunks_exact(o) {
+                    for (d, v) in dbias.iter_mut().zip(row) {
                         *d += v;
                     }
                 }
+                // Filter gradients [O, k k C] = g^T x patches.
+                let cols = &mut cols[..rows * row_len];
+                unfold(&saved.acts[l], c, shape, cols);
+                gemm_strided(
+                    o,
+                    row_len,
+                    rows,
+                    (&g, 1, o),
+                    (cols, row_len, 1),
+                    dfilters,
+                    true,
+                );
+                if l == 0 && dx.is_none() {
+                    break;
+                }
+                // The input's gradient: g x filters, folded back onto the board.
+                let dcols = &mut dcols[..rows * row_len];
+                gemm_strided(
+                    rows,
+                    row_len,
+                    o,
+                    (&g, o, 1),
+                    (&params.filters, row_len, 1),
+                    dcols,
+                    false,
+                );
+                let mut g_in = vec![0f32; rows * c];
+                fold(dcols, c, shape, &mut g_in);
+                if shape.closes_block(l + 1) {
+                    if let Some(r) = pending_residual.take() {
+                        for (d, v) in g_in.iter_mut().zip(&r) {
+                            *d += v;
+                        }
+                    }
+                }
+                g = g_in;
             }
-            g = g_in;
-        }
-        if let Some(dx) = dx {
-            to_channels_first(&g, shape.input, hw, dx);
-        }
-        put_scratch([cols, dcols]);
+            if let Some(dx) = dx {
+                to_channels_first(&g, shape.input, hw, dx);
+            }
+        });
         grads
     }
 }
@@ -677,12 +629,11 @@ impl CustomOp2 for HostTrunk {
                     *d += v;
                 }
             }
-            add_rows_to_filters(
+            dst[..flen].copy_from_slice(&rows_to_filters(
                 &sum[..flen],
                 shape.layer_input(l),
                 shape.kernel,
-                &mut dst[..flen],
-            );
+            ));
             dst[flen..].copy_from_slice(&sum[flen..]);
             at += len;
         }
