@@ -821,6 +821,8 @@ mod tests {
             symmetries: Vec::new(),
             exact_rules: false,
             sampling_moves: None,
+            value_bounds: None,
+            unvisited_value: Default::default(),
         };
         let mut actor = Actor::new(&"TicTacToe".into(), 8, seed, 0)
             .unwrap()
@@ -859,6 +861,8 @@ mod tests {
             symmetries: Vec::new(),
             exact_rules: false,
             sampling_moves: None,
+            value_bounds: None,
+            unvisited_value: Default::default(),
         };
         let mut actor = Actor::new(&"CartPole-v1".into(), 4, 9, segment_length)
             .unwrap()
@@ -995,6 +999,8 @@ mod tests {
             symmetries: Vec::new(),
             exact_rules: false,
             sampling_moves: None,
+            value_bounds: None,
+            unvisited_value: Default::default(),
         };
         let on = |threads: usize| {
             rayon::ThreadPoolBuilder::new()

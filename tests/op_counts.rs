@@ -80,6 +80,8 @@ fn search_config(policy: SearchPolicy, simulations: usize) -> SearchConfig {
         symmetries: Vec::new(),
         exact_rules: false,
         sampling_moves: None,
+        value_bounds: None,
+        unvisited_value: Default::default(),
     }
 }
 

@@ -90,6 +90,20 @@ impl Config {
                     format!("{why}; Gumbel MuZero plays the action its sequential halving selects, not a visit-count sample"),
                 );
             }
+            if m.value_bounds.is_some() {
+                add(
+                    "mcts.value_bounds",
+                    format!("{why}; Gumbel MuZero scales Q by its own range (completed Q-values)"),
+                );
+            }
+            if m.unvisited_value != crate::search::UnvisitedValue::Min {
+                add(
+                    "mcts.unvisited_value",
+                    format!(
+                        "{why}; Gumbel MuZero completes unvisited Q-values with the mixed value"
+                    ),
+                );
+            }
         } else {
             let why = "mcts.search_policy is \"puct\"; only Gumbel MuZero reads it";
             add("mcts.max_considered_actions", why.to_string());

@@ -313,6 +313,15 @@ mod tests {
             "device.num_devices=3",
         ])));
         assert!(text.contains("divide"), "{text}");
+        for bounds in ["[1,-1]", "[0,0]", "[-1]"] {
+            let text = error_text(load_with(sets(&[&format!("mcts.value_bounds={bounds}")])));
+            assert!(text.contains("mcts.value_bounds"), "{bounds}: {text}");
+        }
+        let text = error_text(load_with(sets(&["mcts.unvisited_value=max"])));
+        assert!(
+            text.contains("mcts.unvisited_value") && text.contains("parent"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -227,6 +227,12 @@ pub struct MctsConfig {
     /// schedule's temperature; later moves are the most visited one (AlphaZero's 30 sampling
     /// moves in chess). `null`: every move is sampled.
     pub sampling_moves: Option<usize>,
+    /// pUCT: known bounds `[min, max]` of the values, where Q's normalisation starts (MuZero's
+    /// known bounds, `[-1, 1]` for a board game's outcome); `null`: each tree's own range.
+    pub value_bounds: Option<(f64, f64)>,
+    /// pUCT: an unvisited child's value term, "min" (the bottom of the normalised range, as
+    /// MuZero) or "parent" (the parent's mean value).
+    pub unvisited_value: crate::search::UnvisitedValue,
 }
 
 /// "Environment".

@@ -122,6 +122,14 @@ impl Config {
         within("mcts.gumbel_c_visit", m.gumbel_c_visit, 0.0, 1e9)?;
         within("mcts.gumbel_c_scale", m.gumbel_c_scale, 0.0, 1e9)?;
         within("mcts.gumbel_noise_scale", m.gumbel_noise_scale, 0.0, 100.0)?;
+        if let Some((lo, hi)) = m.value_bounds {
+            if !(lo.is_finite() && hi.is_finite() && lo < hi && hi - lo < 1e30) {
+                return Err(invalid(
+                    "mcts.value_bounds",
+                    format!("must be [min, max] with finite min < max, got [{lo}, {hi}]"),
+                ));
+            }
+        }
         if m.model == SearchModelKind::Exact {
             if m.symmetric_search != SymmetricSearch::Off {
                 return Err(invalid(

@@ -398,6 +398,8 @@ mod tests {
             symmetries: Vec::new(),
             exact_rules: false,
             sampling_moves: None,
+            value_bounds: None,
+            unvisited_value: Default::default(),
         }
     }
 

@@ -47,6 +47,21 @@ impl SearchPolicy {
     }
 }
 
+/// What pUCT takes for the value term of a child that no simulation has visited yet.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum UnvisitedValue {
+    /// The bottom of the normalised range (the MuZero pseudocode and mctx's
+    /// `qtransform_by_min_max`): an unvisited child competes through its prior only.
+    #[default]
+    Min,
+    /// The parent's mean value so far, normalised like the visited children's Q (first-play
+    /// urgency at the parent's value, as Leela Chess Zero's without its reduction): an
+    /// unvisited child looks as good as the position it is played from, so a visited child
+    /// that turns out worse than that lets the others be tried.
+    Parent,
+}
+
 /// Search hyper-parameters.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
@@ -79,6 +94,15 @@ pub struct SearchConfig {
     /// samples every move. The search itself does not read it.
     #[serde(default)]
     pub sampling_moves: Option<usize>,
+    /// pUCT: known bounds `(min, max)` of the values (MuZero's `KnownBounds`, for example
+    /// `(-1, 1)` in board games): each tree's min-max normalisation starts from them instead
+    /// of from nothing, so Q is scaled by the game's range rather than by the few values one
+    /// search has seen. `None`: the tree's own range.
+    #[serde(default)]
+    pub value_bounds: Option<(f32, f32)>,
+    /// pUCT: the value term of an unvisited child.
+    #[serde(default)]
+    pub unvisited_value: UnvisitedValue,
 }
 
 impl Default for SearchConfig {
@@ -95,6 +119,8 @@ impl Default for SearchConfig {
             symmetries: Vec::new(),
             exact_rules: false,
             sampling_moves: None,
+            value_bounds: None,
+            unvisited_value: UnvisitedValue::Min,
         }
     }
 }
@@ -118,6 +144,13 @@ impl SearchConfig {
         }
         if !(self.c2.is_finite() && self.c2 > 0.0) {
             return bad(format!("c2 must be finite and > 0, got {}", self.c2));
+        }
+        if let Some((lo, hi)) = self.value_bounds {
+            if !(lo.is_finite() && hi.is_finite() && lo < hi) {
+                return bad(format!(
+                    "value_bounds must be two finite numbers [min, max] with min < max, got [{lo}, {hi}]"
+                ));
+            }
         }
         match self.policy {
             SearchPolicy::Puct => {

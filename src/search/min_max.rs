@@ -27,6 +27,12 @@ impl MinMaxStats {
         }
     }
 
+    /// Stats that start from the known range `[lo, hi]` (MuZero's `KnownBounds`); values
+    /// outside it still widen it.
+    pub fn with_bounds(lo: f32, hi: f32) -> Self {
+        Self { min: lo, max: hi }
+    }
+
     /// Widen the range to include `q`.
     #[inline]
     pub fn update(&mut self, q: f32) {

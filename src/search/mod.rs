@@ -57,7 +57,7 @@ pub mod tree;
 mod tests;
 
 pub use action::{choose_actions, choose_actions_in_games, select_action};
-pub use config::{SearchConfig, SearchPolicy};
+pub use config::{SearchConfig, SearchPolicy, UnvisitedValue};
 pub use error::SearchError;
 pub use output::SearchOutput;
 pub use searcher::{run_search, SearchInput, Searcher};

@@ -7,10 +7,13 @@
 //!   follows the prior (as in mctx) instead of facing an all-zero tie.
 //! - `Q(a) = r(a) + discount * sign * v(a)` is the child's mean value seen from the parent
 //!   (`sign = -1` in two-player games), normalised by the tree's [`MinMaxStats`].
-//! - An unvisited (unexpanded) child's Q term is 0, as in the MuZero pseudocode: it is the
-//!   bottom of the normalised range, so unexplored actions compete through their prior only.
+//! - An unvisited (unexpanded) child's Q term is 0 by default, as in the MuZero pseudocode:
+//!   the bottom of the normalised range, so unexplored actions compete through their prior
+//!   only. With [`UnvisitedValue::Parent`] it is the parent's mean value, normalised the same
+//!   way.
 //! - Ties go to the lowest action index (no random jitter): selection is deterministic.
 
+use super::config::UnvisitedValue;
 use super::min_max::MinMaxStats;
 use super::tree::Tree;
 
@@ -42,15 +45,17 @@ pub fn puct_score(
 /// The child of `node` with the highest pUCT score, among the `legal` actions when given.
 ///
 /// Reads the edge statistics of `node`'s row (`Q` as backed up by [`Tree::backup`], with the
-/// search's discount and sign). Ties resolve to the lowest allowed action index; NaN scores
-/// never win (if every score is NaN, the lowest allowed index). Returns 0 if no action is
-/// allowed (callers guarantee at least one).
+/// search's discount and sign); `unvisited` says what an unvisited child's value term is.
+/// Ties resolve to the lowest allowed action index; NaN scores never win (if every score is
+/// NaN, the lowest allowed index). Returns 0 if no action is allowed (callers guarantee at
+/// least one).
 pub fn select_child(
     tree: &Tree,
     node: usize,
     stats: &MinMaxStats,
     c1: f32,
     c2: f32,
+    unvisited: UnvisitedValue,
     legal: Option<&[bool]>,
 ) -> usize {
     let factor = exploration_factor(tree.visits(node), c1, c2);
@@ -63,10 +68,14 @@ pub fn select_child(
     let priors = tree.priors(node);
     let visits = tree.children_visits(node);
     let qs = tree.children_q(node);
-    // An unvisited child scores exactly `P * factor` (Q term 0, divided by 1): most children
-    // are unvisited, so only visited ones pay for the division.
+    // An unvisited child scores `first_play + P * factor` (divided by 1): most children are
+    // unvisited, so only visited ones pay for the division.
+    let first_play = match unvisited {
+        UnvisitedValue::Min => 0.0,
+        UnvisitedValue::Parent => (tree.value(node) - lo) / range,
+    };
     let score = |a: usize| match visits[a] {
-        0 => priors[a] * factor,
+        0 => first_play + priors[a] * factor,
         n => (qs[a] - lo) / range + priors[a] * factor / (1.0 + n as f32),
     };
     let mut best_score = f32::NEG_INFINITY;
@@ -141,10 +150,21 @@ mod tests {
         let mut t = Tree::new(4, 3);
         t.init_root(&[0.2f32.ln(), 0.5f32.ln(), 0.3f32.ln()], &[true; 3], 0.0);
         let stats = MinMaxStats::new();
-        assert_eq!(select_child(&t, ROOT, &stats, 1.25, 19652.0, None), 1);
+        assert_eq!(
+            select_child(&t, ROOT, &stats, 1.25, 19652.0, UnvisitedValue::Min, None),
+            1
+        );
         let mask = [true, false, true];
         assert_eq!(
-            select_child(&t, ROOT, &stats, 1.25, 19652.0, Some(&mask)),
+            select_child(
+                &t,
+                ROOT,
+                &stats,
+                1.25,
+                19652.0,
+                UnvisitedValue::Min,
+                Some(&mask)
+            ),
             2
         );
 
@@ -156,17 +176,58 @@ mod tests {
         stats.update(2.0);
         // root N = 2: factor = sqrt2 * (1.25 + ln(19655/19652)) ~ 1.768
         // a0: 0.2 * 1.768 = 0.354; a1: 0.5 * 1.768 = 0.884; a2: 1 + 0.3 * 1.768 / 2 = 1.265
-        assert_eq!(select_child(&t, ROOT, &stats, 1.25, 19652.0, None), 2);
+        assert_eq!(
+            select_child(&t, ROOT, &stats, 1.25, 19652.0, UnvisitedValue::Min, None),
+            2
+        );
         // Two players: the same child is bad for the root player, Q = 1 - 0.5 * 2 = 0 ->
         // normalised 0: a2 scores 0.265 and a1 wins.
         let t = tree_with_one_child(-1.0);
         assert_eq!(t.children_q(ROOT)[2], 0.0);
-        assert_eq!(select_child(&t, ROOT, &stats, 1.25, 19652.0, None), 1);
+        assert_eq!(
+            select_child(&t, ROOT, &stats, 1.25, 19652.0, UnvisitedValue::Min, None),
+            1
+        );
         // With a single value seen, Q is used unnormalised (2 here): a2 wins again.
         let t = tree_with_one_child(1.0);
         let mut stats = MinMaxStats::new();
         stats.update(2.0);
-        assert_eq!(select_child(&t, ROOT, &stats, 1.25, 19652.0, None), 2);
+        assert_eq!(
+            select_child(&t, ROOT, &stats, 1.25, 19652.0, UnvisitedValue::Min, None),
+            2
+        );
+    }
+
+    #[test]
+    fn an_unvisited_child_takes_the_bottom_of_the_range_or_the_parents_value() {
+        // Priors 0.6 / 0.4, root value 0.5; action 0 visited once and worse than the root:
+        // Q = -0.5 + 1 * 0 (one player, discount 1), so the root's mean is (0.5 - 0.5) / 2 = 0.
+        let mut t = Tree::new(3, 2);
+        t.init_root(&[0.6f32.ln(), 0.4f32.ln()], &[true; 2], 0.5);
+        let leaf = Expansion {
+            logits: &[0.0; 2],
+            value: 0.0,
+            reward: -0.5,
+        };
+        t.add_child(1, (ROOT, 0), &leaf, false);
+        t.backup(1, 1.0, 1.0, |_| {});
+        assert_eq!(t.children_q(ROOT)[0], -0.5);
+        assert_eq!(t.value(ROOT), 0.0);
+        // Known bounds [-1, 1]: Q(a0) normalises to 0.25, the root's value to 0.5. N = 2, so
+        // the factor is sqrt2 * (1.25 + ln(19655/19652)) ~ 1.768.
+        let stats = MinMaxStats::with_bounds(-1.0, 1.0);
+        // Min: a0 = 0.25 + 0.6 * 1.768 / 2 = 0.78 beats a1 = 0 + 0.4 * 1.768 = 0.707.
+        let select = |unvisited| select_child(&t, ROOT, &stats, 1.25, 19652.0, unvisited, None);
+        assert_eq!(select(UnvisitedValue::Min), 0);
+        // Parent: a1 = 0.5 + 0.707 = 1.207 now beats a0.
+        assert_eq!(select(UnvisitedValue::Parent), 1);
+        // Without bounds and with one value seen, values enter unnormalised: a0 scores
+        // -0.5 + 0.53 = 0.03, a1 under Parent 0 + 0.707, under Min 0.707 as well.
+        let mut stats = MinMaxStats::new();
+        stats.update(-0.5);
+        let select = |unvisited| select_child(&t, ROOT, &stats, 1.25, 19652.0, unvisited, None);
+        assert_eq!(select(UnvisitedValue::Min), 1);
+        assert_eq!(select(UnvisitedValue::Parent), 1);
     }
 
     #[test]
@@ -174,17 +235,36 @@ mod tests {
         let mut t = Tree::new(2, 4);
         t.init_root(&[0.0; 4], &[false, true, true, true], 0.0);
         let stats = MinMaxStats::new();
-        assert_eq!(select_child(&t, ROOT, &stats, 1.25, 19652.0, None), 1);
+        assert_eq!(
+            select_child(&t, ROOT, &stats, 1.25, 19652.0, UnvisitedValue::Min, None),
+            1
+        );
         // All priors zero: every score is 0; still never the illegal action 0.
         t.priors_mut(ROOT).fill(0.0);
         let mask = [false, true, true, true];
         assert_eq!(
-            select_child(&t, ROOT, &stats, 1.25, 19652.0, Some(&mask)),
+            select_child(
+                &t,
+                ROOT,
+                &stats,
+                1.25,
+                19652.0,
+                UnvisitedValue::Min,
+                Some(&mask)
+            ),
             1
         );
         t.priors_mut(ROOT).fill(f32::NAN);
         assert_eq!(
-            select_child(&t, ROOT, &stats, 1.25, 19652.0, Some(&mask)),
+            select_child(
+                &t,
+                ROOT,
+                &stats,
+                1.25,
+                19652.0,
+                UnvisitedValue::Min,
+                Some(&mask)
+            ),
             1
         );
     }

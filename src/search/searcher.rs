@@ -283,6 +283,7 @@ impl Searcher {
             two_player: config.two_player,
             c1: config.c1,
             c2: config.c2,
+            unvisited: config.unvisited_value,
             gumbel: gumbel_params,
             schedules: &self.schedules,
         };
@@ -357,7 +358,7 @@ impl Searcher {
         for (b, ts) in self.trees[..batch].iter_mut().enumerate() {
             let row = b * num_actions..(b + 1) * num_actions;
             let legal = &legal_masks[row.clone()];
-            ts.reset(num_simulations + 1, num_actions, legal);
+            ts.reset(num_simulations + 1, num_actions, legal, config.value_bounds);
             ts.tree
                 .init_root(&root.policy_logits[row], legal, root.values[b]);
             match config.policy {

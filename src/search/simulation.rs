@@ -6,6 +6,7 @@
 //!   model's prediction and back its value up to the root ([`Tree::backup`]), widening the
 //!   tree's min-max statistics with every updated Q.
 
+use super::config::UnvisitedValue;
 use super::gumbel::{self, SigmaParams};
 use super::min_max::MinMaxStats;
 use super::puct;
@@ -38,6 +39,8 @@ pub(super) struct Rules<'a> {
     pub(super) two_player: bool,
     pub(super) c1: f32,
     pub(super) c2: f32,
+    /// pUCT: the value term of an unvisited child.
+    pub(super) unvisited: UnvisitedValue,
     pub(super) gumbel: Option<SigmaParams>,
     /// Sequential Halving schedules indexed by the number of considered actions.
     pub(super) schedules: &'a [Vec<u32>],
@@ -45,10 +48,20 @@ pub(super) struct Rules<'a> {
 
 impl TreeState {
     /// Empty the tree for a new search with `capacity` nodes over `num_actions` actions and the
-    /// root mask `legal` (`[A]`), keeping the allocations. The root is created by the caller.
-    pub(super) fn reset(&mut self, capacity: usize, num_actions: usize, legal: &[bool]) {
+    /// root mask `legal` (`[A]`), keeping the allocations; the min-max statistics start from
+    /// `bounds` when given. The root is created by the caller.
+    pub(super) fn reset(
+        &mut self,
+        capacity: usize,
+        num_actions: usize,
+        legal: &[bool],
+        bounds: Option<(f32, f32)>,
+    ) {
         self.tree.reset(capacity, num_actions);
-        self.stats = MinMaxStats::new();
+        self.stats = match bounds {
+            Some((lo, hi)) => MinMaxStats::with_bounds(lo, hi),
+            None => MinMaxStats::new(),
+        };
         self.legal.clear();
         self.legal.extend_from_slice(legal);
         self.gumbel.clear();
@@ -71,6 +84,7 @@ impl TreeState {
                     &self.stats,
                     c1,
                     c2,
+                    rules.unvisited,
                     root.then_some(self.legal.as_slice()),
                 ),
                 (Some(params), true) => gumbel::select_root_action(
@@ -121,6 +135,7 @@ mod tests {
             two_player,
             c1: puct::DEFAULT_C1,
             c2: puct::DEFAULT_C2,
+            unvisited: UnvisitedValue::Min,
             gumbel: None,
             schedules: &[],
         }
@@ -129,7 +144,7 @@ mod tests {
     /// A fresh tree (4 nodes, 2 actions) whose root logits 0 and 1 favour action 1.
     fn fresh(legal: &[bool]) -> TreeState {
         let mut ts = TreeState::default();
-        ts.reset(4, 2, legal);
+        ts.reset(4, 2, legal, None);
         ts.tree.init_root(&[0.0, 1.0], legal, 0.0);
         ts
     }
@@ -169,6 +184,27 @@ mod tests {
         );
         assert_eq!(ts.max_depth, 2);
         assert_eq!(ts.tree.visits(ROOT), 3);
+    }
+
+    #[test]
+    fn known_bounds_seed_the_range_and_values_outside_widen_it() {
+        let rules = puct_rules(false);
+        let mut ts = fresh(&[true, true]);
+        ts.reset(4, 2, &[true, true], Some((-1.0, 1.0)));
+        ts.tree.init_root(&[0.0, 1.0], &[true, true], 0.0);
+        assert_eq!((ts.stats.min, ts.stats.max), (-1.0, 1.0));
+        let (node, action) = ts.select_leaf(&rules, 0);
+        // Q = 1 + 0.5 * 2 = 2 lies above the bound: the range widens to [-1, 2].
+        let leaf = Expansion {
+            logits: &[0.0, 0.0],
+            value: 2.0,
+            reward: 1.0,
+        };
+        ts.expand_and_backup(&rules, 1, (node, action), &leaf);
+        assert_eq!((ts.stats.min, ts.stats.max), (-1.0, 2.0));
+        // A reset without bounds starts from nothing again.
+        ts.reset(4, 2, &[true, true], None);
+        assert_eq!(ts.stats, MinMaxStats::new());
     }
 
     #[test]
