@@ -6,6 +6,10 @@
 //! `progress/training_steps` and `progress/elapsed_seconds` series (logged per environment step)
 //! map every point to environment steps and wall time by linear interpolation.
 //!
+//! A peer's curve (another tool's evaluations, as `scripts/peers/sb3_minatar.py` writes them)
+//! is a CSV file whose header starts `env_steps,wall_seconds,mean_return`: [`read_curves`]
+//! takes either, so a peer is drawn beside CuMind's runs against both axes.
+//!
 //! Text needs a TrueType font: plotters is built without fontconfig (no system library to
 //! install), so DejaVu Sans is built into the binary (the `dejavu` crate; the fonts' own
 //! licence allows embedding them), and `--font` names another TrueType file.
@@ -34,6 +38,12 @@ pub enum PlotError {
     },
     #[error("{0}: no scalars to plot (is it a run's log directory, like runs/<name>?)")]
     Empty(PathBuf),
+    #[error("{path} line {line}: expected `env_steps,wall_seconds,mean_return[,...]` (a peer's curve), found {text:?}")]
+    PeerFormat {
+        path: PathBuf,
+        line: usize,
+        text: String,
+    },
     #[error("cannot use the font {path}: {reason}")]
     BadFont { path: PathBuf, reason: String },
     #[error("cannot draw {path}: {reason}")]
@@ -78,6 +88,67 @@ pub fn read_run(dir: &Path) -> Result<RunCurves, PlotError> {
         .file_name()
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_else(|| dir.display().to_string());
+    Ok(RunCurves { name, series })
+}
+
+/// The header a peer's curve starts with.
+pub const PEER_HEADER: &str = "env_steps,wall_seconds,mean_return";
+
+/// A run's log directory ([`read_run`]) or a peer's curve, a CSV file ([`read_peer`]).
+pub fn read_curves(path: &Path) -> Result<RunCurves, PlotError> {
+    if path.is_file() {
+        read_peer(path)
+    } else {
+        read_run(path)
+    }
+}
+
+/// A peer's evaluations: a CSV file with the header `env_steps,wall_seconds,mean_return` (more
+/// columns after these are ignored) and one row per evaluation. They become the series a run
+/// logs for the same things (`eval/mean_return`, `progress/elapsed_seconds`), named after the
+/// file.
+pub fn read_peer(path: &Path) -> Result<RunCurves, PlotError> {
+    let text = std::fs::read_to_string(path).map_err(|error| PlotError::Read {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    let bad = |line: usize, text: &str| PlotError::PeerFormat {
+        path: path.to_path_buf(),
+        line,
+        text: text.chars().take(80).collect(),
+    };
+    let mut lines = text.lines();
+    let header = lines.next().unwrap_or("");
+    if !header.trim().starts_with(PEER_HEADER) {
+        return Err(bad(1, header));
+    }
+    let (mut returns, mut clock) = (Vec::new(), Vec::new());
+    for (i, line) in lines.enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let fields: Vec<Option<f64>> = line
+            .split(',')
+            .take(3)
+            .map(|f| f.trim().parse::<f64>().ok().filter(|v| v.is_finite()))
+            .collect();
+        let [Some(steps), Some(seconds), Some(mean)] = fields[..] else {
+            return Err(bad(i + 2, line));
+        };
+        returns.push((steps, mean));
+        clock.push((steps, seconds));
+    }
+    if returns.is_empty() {
+        return Err(PlotError::Empty(path.to_path_buf()));
+    }
+    let series = BTreeMap::from([
+        ("eval/mean_return".to_string(), returns),
+        ("progress/elapsed_seconds".to_string(), clock),
+    ]);
+    let name = path
+        .file_stem()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_else(|| path.display().to_string());
     Ok(RunCurves { name, series })
 }
 
@@ -409,6 +480,39 @@ mod tests {
             series: BTreeMap::new(),
         };
         assert_eq!(panels(&[plain])[0].title, "evaluation mean return");
+    }
+
+    #[test]
+    fn a_peers_curve_reads_as_evaluations_against_steps_and_seconds() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("breakout-dqn-seed1.csv");
+        std::fs::write(
+            &path,
+            "env_steps,wall_seconds,mean_return,std_return\n25000,60.5,1.5,0.5\n50000,130,4.25,1\n",
+        )
+        .unwrap();
+        let run = read_curves(&path).unwrap();
+        assert_eq!(run.name, "breakout-dqn-seed1");
+        assert_eq!(
+            run.get("eval/mean_return"),
+            &[(25000.0, 1.5), (50000.0, 4.25)]
+        );
+        let panel = &panels(std::slice::from_ref(&run))[0];
+        assert_eq!(panel.title, "evaluation mean return");
+        assert_eq!(panel.per_run[0].by_time, vec![(60.5, 1.5), (130.0, 4.25)]);
+
+        // A wrong header, a bad row and no rows are errors that name the file and line.
+        std::fs::write(&path, "tag,step,value\n").unwrap();
+        let text = read_curves(&path).unwrap_err().to_string();
+        assert!(
+            text.contains("line 1") && text.contains("env_steps"),
+            "{text}"
+        );
+        std::fs::write(&path, "env_steps,wall_seconds,mean_return\n1,2,x\n").unwrap();
+        let text = read_curves(&path).unwrap_err().to_string();
+        assert!(text.contains("line 2"), "{text}");
+        std::fs::write(&path, "env_steps,wall_seconds,mean_return\n").unwrap();
+        assert!(matches!(read_curves(&path), Err(PlotError::Empty(_))));
     }
 
     #[test]

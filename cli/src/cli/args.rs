@@ -114,8 +114,10 @@ pub struct PlotArgs {
     /// Not read: `plot` takes everything from the runs' metrics.csv files.
     #[command(flatten)]
     pub config: ConfigArgs,
-    /// Run log directories (`<log_dir>/<run_name>`, holding metrics.csv).
-    #[arg(required = true, value_name = "RUN_DIR")]
+    /// Run log directories (`<log_dir>/<run_name>`, holding metrics.csv), or peers' curves:
+    /// CSV files with the header `env_steps,wall_seconds,mean_return` (as
+    /// scripts/peers/sb3_minatar.py writes), drawn beside the runs.
+    #[arg(required = true, value_name = "RUN_DIR_OR_CSV")]
     pub runs: Vec<PathBuf>,
     /// The PNG to write.
     #[arg(long, default_value = "curves.png")]

@@ -786,7 +786,7 @@ fn run_plot(config_args: &ConfigArgs, args: PlotArgs) -> Result<()> {
     let runs = args
         .runs
         .iter()
-        .map(|dir| crate::plot::read_run(dir))
+        .map(|path| crate::plot::read_curves(path))
         .collect::<Result<Vec<_>, _>>()?;
     crate::plot::draw(&runs, &args.out, args.font.as_deref())?;
     println!("{} runs drawn into {}", runs.len(), args.out.display());
