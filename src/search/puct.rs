@@ -110,6 +110,11 @@ mod tests {
     use super::*;
     use crate::search::tree::{Expansion, ROOT};
 
+    /// The root's choice with the default constants and MuZero's rule for unvisited children.
+    fn muzero_rule(t: &Tree, stats: &MinMaxStats, legal: Option<&[bool]>) -> usize {
+        select_child(t, ROOT, stats, 1.25, 19652.0, UnvisitedValue::Min, legal)
+    }
+
     #[test]
     fn formula_hand_checked() {
         // N = 4: sqrt(4) * (1.25 + ln((4 + 19652 + 1) / 19652)) = 2 * (1.25 + ln(1.000254427))
@@ -150,23 +155,9 @@ mod tests {
         let mut t = Tree::new(4, 3);
         t.init_root(&[0.2f32.ln(), 0.5f32.ln(), 0.3f32.ln()], &[true; 3], 0.0);
         let stats = MinMaxStats::new();
-        assert_eq!(
-            select_child(&t, ROOT, &stats, 1.25, 19652.0, UnvisitedValue::Min, None),
-            1
-        );
+        assert_eq!(muzero_rule(&t, &stats, None), 1);
         let mask = [true, false, true];
-        assert_eq!(
-            select_child(
-                &t,
-                ROOT,
-                &stats,
-                1.25,
-                19652.0,
-                UnvisitedValue::Min,
-                Some(&mask)
-            ),
-            2
-        );
+        assert_eq!(muzero_rule(&t, &stats, Some(&mask)), 2);
 
         // One player: Q = 1 + 0.5 * 2 = 2 -> normalised 1 in the range [0, 2].
         let t = tree_with_one_child(1.0);
@@ -176,26 +167,17 @@ mod tests {
         stats.update(2.0);
         // root N = 2: factor = sqrt2 * (1.25 + ln(19655/19652)) ~ 1.768
         // a0: 0.2 * 1.768 = 0.354; a1: 0.5 * 1.768 = 0.884; a2: 1 + 0.3 * 1.768 / 2 = 1.265
-        assert_eq!(
-            select_child(&t, ROOT, &stats, 1.25, 19652.0, UnvisitedValue::Min, None),
-            2
-        );
+        assert_eq!(muzero_rule(&t, &stats, None), 2);
         // Two players: the same child is bad for the root player, Q = 1 - 0.5 * 2 = 0 ->
         // normalised 0: a2 scores 0.265 and a1 wins.
         let t = tree_with_one_child(-1.0);
         assert_eq!(t.children_q(ROOT)[2], 0.0);
-        assert_eq!(
-            select_child(&t, ROOT, &stats, 1.25, 19652.0, UnvisitedValue::Min, None),
-            1
-        );
+        assert_eq!(muzero_rule(&t, &stats, None), 1);
         // With a single value seen, Q is used unnormalised (2 here): a2 wins again.
         let t = tree_with_one_child(1.0);
         let mut stats = MinMaxStats::new();
         stats.update(2.0);
-        assert_eq!(
-            select_child(&t, ROOT, &stats, 1.25, 19652.0, UnvisitedValue::Min, None),
-            2
-        );
+        assert_eq!(muzero_rule(&t, &stats, None), 2);
     }
 
     #[test]
@@ -235,37 +217,12 @@ mod tests {
         let mut t = Tree::new(2, 4);
         t.init_root(&[0.0; 4], &[false, true, true, true], 0.0);
         let stats = MinMaxStats::new();
-        assert_eq!(
-            select_child(&t, ROOT, &stats, 1.25, 19652.0, UnvisitedValue::Min, None),
-            1
-        );
+        assert_eq!(muzero_rule(&t, &stats, None), 1);
         // All priors zero: every score is 0; still never the illegal action 0.
         t.priors_mut(ROOT).fill(0.0);
         let mask = [false, true, true, true];
-        assert_eq!(
-            select_child(
-                &t,
-                ROOT,
-                &stats,
-                1.25,
-                19652.0,
-                UnvisitedValue::Min,
-                Some(&mask)
-            ),
-            1
-        );
+        assert_eq!(muzero_rule(&t, &stats, Some(&mask)), 1);
         t.priors_mut(ROOT).fill(f32::NAN);
-        assert_eq!(
-            select_child(
-                &t,
-                ROOT,
-                &stats,
-                1.25,
-                19652.0,
-                UnvisitedValue::Min,
-                Some(&mask)
-            ),
-            1
-        );
+        assert_eq!(muzero_rule(&t, &stats, Some(&mask)), 1);
     }
 }
