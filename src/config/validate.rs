@@ -126,7 +126,9 @@ impl Config {
             if !(lo.is_finite() && hi.is_finite() && lo < hi && hi - lo < 1e30) {
                 return Err(invalid(
                     "mcts.value_bounds",
-                    format!("must be [min, max] with finite min < max, got [{lo}, {hi}]"),
+                    format!(
+                        "must be [min, max] with finite min < max and max - min below 1e30, got [{lo}, {hi}]"
+                    ),
                 ));
             }
         }
