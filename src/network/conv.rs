@@ -476,11 +476,18 @@ mod tests {
     /// The trunk as one host op equals the trunk layer by layer (host convolutions and fused
     /// norms, themselves tested against candle's ops), forward and every gradient: with and
     /// without a stem, with 0 to 2 blocks, over a batch of several chunks with a short last
-    /// one, every norm's scale and shift drawn at random.
+    /// one, every norm's scale and shift drawn at random; with channel counts that take the
+    /// patch copies' general path (5) and their fixed-length ones (16, 32).
     #[test]
     fn the_host_trunk_equals_the_layer_by_layer_trunk_and_its_gradients() {
-        let (b, h, w, channels) = (29, 6, 7, 5);
-        for (stem, blocks, input, seed) in [(true, 2, 3, 1), (false, 2, 5, 2), (true, 0, 4, 3)] {
+        let (b, h, w) = (29, 6, 7);
+        for (stem, blocks, input, channels, seed) in [
+            (true, 2, 3, 5, 1),
+            (false, 2, 5, 5, 2),
+            (true, 0, 4, 5, 3),
+            (true, 1, 16, 16, 4),
+            (false, 1, 32, 32, 5),
+        ] {
             let mut pb = ParamBuilder::random(seed, &candle_core::Device::Cpu);
             let trunk = ConvTrunk::new(&mut pb, "trunk", input, channels, blocks).unwrap();
             let vars = pb.finish().unwrap().vars();
