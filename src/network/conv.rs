@@ -476,8 +476,8 @@ mod tests {
     /// The trunk as one host op equals the trunk layer by layer (host convolutions and fused
     /// norms, themselves tested against candle's ops), forward and every gradient: with and
     /// without a stem, with 0 to 2 blocks, over a batch of several chunks with a short last
-    /// one, every norm's scale and shift drawn at random; with channel counts that take the
-    /// patch copies' general path (5) and their fixed-length ones (16, 32).
+    /// one, every norm's scale and shift drawn at random; with 5 channels and with the
+    /// presets' 16 and 32.
     #[test]
     fn the_host_trunk_equals_the_layer_by_layer_trunk_and_its_gradients() {
         let (b, h, w) = (29, 6, 7);
