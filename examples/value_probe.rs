@@ -6,7 +6,7 @@
 //!
 //! * **value**: the value head's prediction against the discounted return the episode then
 //!   collected (their means, correlation and mean absolute difference);
-//! * **one-step Q** (every `--every`-th position): for each action, the model's
+//! * **one-step Q** (every `EVERY`-th position): for each action, the model's
 //!   `r(s, a) + discount * v(g(s, a))` (the dynamics' reward and the value of its next
 //!   latent: what a search's first level sees) against a Monte Carlo estimate from the real
 //!   game: a copy of the environment steps that action, then the policy head for `HORIZON`
@@ -25,6 +25,7 @@
 //!
 //! The environment is the checkpoint's; the episodes are seeded 1000, 1001, ...
 
+use candle_core::Tensor;
 use cumind::agent::Agent;
 use cumind::op_count::read_f32;
 
@@ -41,14 +42,27 @@ struct View {
     q: Vec<f32>,
 }
 
-fn view(agent: &Agent, observation: &[f32], discount: f32) -> View {
+/// The latent of one observation, with its policy and value logits.
+fn predict(agent: &Agent, observation: &[f32]) -> (Tensor, Tensor, Tensor) {
     let net = agent.network();
-    let spec = net.spec();
-    let a = spec.num_actions;
     let latent = net
         .represent(&net.observation_tensor(observation).expect("an observation"))
         .expect("representation");
     let (policy_logits, value_logits) = net.predict(&latent).expect("prediction");
+    (latent, policy_logits, value_logits)
+}
+
+/// The policy head's most likely action.
+fn policy_action(agent: &Agent, observation: &[f32]) -> usize {
+    let (_, policy_logits, _) = predict(agent, observation);
+    argmax(&read_f32(&policy_logits).expect("a read"))
+}
+
+fn view(agent: &Agent, observation: &[f32], discount: f32) -> View {
+    let net = agent.network();
+    let spec = net.spec();
+    let a = spec.num_actions;
+    let (latent, policy_logits, value_logits) = predict(agent, observation);
     let value = spec
         .value_support
         .logits_to_scalars(&read_f32(&value_logits).expect("a read"))[0];
@@ -102,7 +116,6 @@ fn main() {
     let agent = Agent::load(dir).expect("a checkpoint");
     let env_name = agent.config().environment.env_name.clone();
     let discount = agent.config().self_play.discount as f32;
-    let policy_action = |observation: &[f32]| argmax(&view(&agent, observation, discount).logits);
 
     let (mut values, mut returns) = (Vec::new(), Vec::new());
     let (mut probed, mut matter, mut q_best, mut policy_best) = (0, 0, 0, 0);
@@ -126,7 +139,7 @@ fn main() {
                                 return sum;
                             }
                             step = copy
-                                .step(policy_action(&step.observation))
+                                .step(policy_action(&agent, &step.observation))
                                 .expect("an action of the space");
                             sum += weight * step.reward as f32;
                             weight *= discount;
