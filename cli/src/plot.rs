@@ -48,6 +48,10 @@ pub enum PlotError {
     BadFont { path: PathBuf, reason: String },
     #[error("cannot draw {path}: {reason}")]
     Draw { path: PathBuf, reason: String },
+    #[error(
+        "{labels} --label values for {runs} runs: give one per run, in the runs' order, or none"
+    )]
+    Labels { labels: usize, runs: usize },
 }
 
 /// One run's scalar series, `series[tag] = [(step, value)]` in logged order.
@@ -101,6 +105,24 @@ pub fn read_curves(path: &Path) -> Result<RunCurves, PlotError> {
     } else {
         read_run(path)
     }
+}
+
+/// Names `runs` in the legend by `labels`, one per run in order; no labels keep the
+/// directories' and files' names.
+pub fn relabel(runs: &mut [RunCurves], labels: &[String]) -> Result<(), PlotError> {
+    if labels.is_empty() {
+        return Ok(());
+    }
+    if labels.len() != runs.len() {
+        return Err(PlotError::Labels {
+            labels: labels.len(),
+            runs: runs.len(),
+        });
+    }
+    for (run, label) in runs.iter_mut().zip(labels) {
+        run.name = label.clone();
+    }
+    Ok(())
 }
 
 /// A peer's evaluations: a CSV file with the header `env_steps,wall_seconds,mean_return` (more
@@ -513,6 +535,29 @@ mod tests {
         assert!(text.contains("line 2"), "{text}");
         std::fs::write(&path, "env_steps,wall_seconds,mean_return\n").unwrap();
         assert!(matches!(read_curves(&path), Err(PlotError::Empty(_))));
+    }
+
+    #[test]
+    fn labels_name_the_runs_in_order_and_must_match_their_number() {
+        let run = |name: &str| RunCurves {
+            name: name.into(),
+            series: BTreeMap::new(),
+        };
+        let mut runs = vec![run("a"), run("b")];
+        relabel(&mut runs, &[]).unwrap();
+        assert_eq!(runs[1].name, "b");
+        relabel(&mut runs, &["CuMind seed 1".into(), "DQN seed 1".into()]).unwrap();
+        assert_eq!(runs[0].name, "CuMind seed 1");
+        assert_eq!(runs[1].name, "DQN seed 1");
+        let err = relabel(&mut runs, &["only one".into()]).unwrap_err();
+        assert!(
+            err.to_string().contains("1 --label values for 2 runs"),
+            "{err}"
+        );
+        assert_eq!(
+            runs[0].name, "CuMind seed 1",
+            "a refused relabel changes nothing"
+        );
     }
 
     #[test]

@@ -122,6 +122,10 @@ pub struct PlotArgs {
     /// The PNG to write.
     #[arg(long, default_value = "curves.png")]
     pub out: PathBuf,
+    /// The legend's name for each run, in the order the runs are given (repeat it once per
+    /// run; default: each directory's or file's name).
+    #[arg(long = "label", value_name = "NAME")]
+    pub labels: Vec<String>,
     /// A TrueType font for the labels (default: DejaVu Sans, built into the binary).
     #[arg(long, value_name = "PATH")]
     pub font: Option<PathBuf>,
