@@ -256,9 +256,14 @@ fn local_ranks(ranks: Option<&dyn Collective>) -> usize {
 /// The process-wide settings of `config`: `device.fused_kernels`, and an explicit thread count
 /// for rayon and candle, set before any thread starts (with RAYON_NUM_THREADS unset, candle
 /// re-derives it on every matmul, see docs/dependencies.md). The cores are shared among the
-/// `local_ranks` ranks of this machine.
+/// `local_ranks` ranks of this machine. candle's element-wise ops stay on the calling thread
+/// (CANDLE_NUM_THREADS=1 unless set): its second pool of spinning threads for them cost more
+/// CPU time than it saved beside CuMind's own rayon work (docs/dependencies.md).
 fn set_process_options(config: &Config, local_ranks: usize) {
     cumind::network::fused::set_fused_kernels(config.device.fused_kernels);
+    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+        std::env::set_var("CANDLE_NUM_THREADS", "1");
+    }
     if let Some(set) = std::env::var_os("RAYON_NUM_THREADS") {
         let wanted = config.other.num_threads;
         if wanted > 0 && set.to_string_lossy() != wanted.to_string() {
@@ -783,11 +788,12 @@ fn run_plot(config_args: &ConfigArgs, args: PlotArgs) -> Result<()> {
     if !config_args.files.is_empty() || !config_args.sets.is_empty() {
         bail!("`plot` reads only the runs' metrics.csv files; --config and --set would have no effect");
     }
-    let runs = args
+    let mut runs = args
         .runs
         .iter()
         .map(|path| crate::plot::read_curves(path))
         .collect::<Result<Vec<_>, _>>()?;
+    crate::plot::relabel(&mut runs, &args.labels)?;
     crate::plot::draw(&runs, &args.out, args.font.as_deref())?;
     println!("{} runs drawn into {}", runs.len(), args.out.display());
     Ok(())
