@@ -114,6 +114,7 @@ fn search_config_for(config: &Config, env: &EnvInfo, symmetric: bool) -> SearchC
         sampling_moves: m.sampling_moves,
         value_bounds: m.value_bounds.map(|(lo, hi)| (lo as f32, hi as f32)),
         unvisited_value: m.unvisited_value,
+        decisive_moves: m.decisive_moves,
     }
 }
 

@@ -9,6 +9,15 @@
 //! illegal move inside the tree (the search masks illegal moves at the root only) ends the
 //! game as a loss for its mover (reward -1); illegal moves also get a logit of
 //! [`ILLEGAL_LOGIT`], so they keep a prior of about 0 below the root.
+//!
+//! With decisive moves on (`mcts.decisive_moves`), every position in play, the roots included,
+//! is also looked at one move ahead with the real rules ([`one_move_ahead`]), as Teytaud and
+//! Teytaud's decisive and anti-decisive moves ("On the huge benefit of decisive moves in
+//! Monte-Carlo Tree Search algorithms", 2010): a move that wins at once gets the whole prior
+//! (the winning moves share it) and the position's value is that win's reward; otherwise moves
+//! that leave the opponent a win at once get the illegal logit when other moves do not, and a
+//! position where every move does is valued at the discounted loss. A network that has not
+//! learned these one-move tactics then cannot hide them from a search too short to visit them.
 
 use cumind_envs::Environment;
 use rand::Rng;
@@ -27,7 +36,11 @@ pub fn search_games<M: Model + ?Sized, R: Rng + ?Sized>(
 ) -> Result<SearchOutput, SearchError> {
     let mut searcher = Searcher::new();
     if search.exact_rules {
-        searcher.run(&mut ExactModel::new(model, games), search, input, rng)
+        let mut exact = ExactModel::new(model, games);
+        if search.decisive_moves {
+            exact = exact.with_decisive_moves(search.discount);
+        }
+        searcher.run(&mut exact, search, input, rng)
     } else {
         searcher.run(model, search, input, rng)
     }
@@ -49,6 +62,9 @@ pub struct ExactModel<'a, M: Model + ?Sized> {
     evaluator: &'a mut M,
     roots: Vec<Box<dyn Environment>>,
     nodes: Vec<Vec<Option<Node>>>,
+    /// With decisive moves: the search's discount (a lost position's value is minus the
+    /// discounted reward of the opponent's win).
+    decisive: Option<f32>,
 }
 
 impl<'a, M: Model + ?Sized> ExactModel<'a, M> {
@@ -57,6 +73,42 @@ impl<'a, M: Model + ?Sized> ExactModel<'a, M> {
             evaluator,
             roots: roots.iter().map(|env| env.clone_box()).collect(),
             nodes: Vec::new(),
+            decisive: None,
+        }
+    }
+
+    /// Look at every position in play one move ahead (see the module's docs), in a search
+    /// with this `discount`.
+    pub fn with_decisive_moves(mut self, discount: f32) -> Self {
+        self.decisive = Some(discount);
+        self
+    }
+
+    /// The network's policy logits and value of a position in play, with illegal moves
+    /// masked and, with decisive moves on, what one move ahead shows applied.
+    fn adjust(&self, logits: &mut [f32], value: &mut f32, env: &dyn Environment) {
+        Self::mask_illegal(logits, env);
+        let Some(discount) = self.decisive else {
+            return;
+        };
+        match one_move_ahead(env) {
+            OneMoveAhead::Wins { moves, reward } => {
+                for (action, logit) in logits.iter_mut().enumerate() {
+                    *logit = if moves.contains(&action) {
+                        0.0
+                    } else {
+                        ILLEGAL_LOGIT
+                    };
+                }
+                *value = reward;
+            }
+            OneMoveAhead::Threatened { unsafe_moves } => {
+                for action in unsafe_moves {
+                    logits[action] = ILLEGAL_LOGIT;
+                }
+            }
+            OneMoveAhead::Lost { reward } => *value = -discount * reward,
+            OneMoveAhead::Quiet => {}
         }
     }
 
@@ -98,8 +150,9 @@ impl<M: Model + ?Sized> Model for ExactModel<'_, M> {
             })
             .collect();
         for (b, root) in self.roots.iter().enumerate() {
-            Self::mask_illegal(
+            self.adjust(
                 &mut prediction.policy_logits[b * a..(b + 1) * a],
+                &mut prediction.values[b],
                 root.as_ref(),
             );
         }
@@ -166,10 +219,10 @@ impl<M: Model + ?Sized> Model for ExactModel<'_, M> {
         for (i, &b) in live.iter().enumerate() {
             let logits = &mut prediction.policy_logits[b * a..(b + 1) * a];
             logits.copy_from_slice(&evaluated.policy_logits[i * a..(i + 1) * a]);
-            if let Node::Live(env) = &children[b].0 {
-                Self::mask_illegal(logits, env.as_ref());
-            }
             prediction.values[b] = evaluated.values[i];
+            if let Node::Live(env) = &children[b].0 {
+                self.adjust(logits, &mut prediction.values[b], env.as_ref());
+            }
         }
         for (b, (node, _)) in children.into_iter().enumerate() {
             match self.nodes[b].get_mut(new_node) {
@@ -182,6 +235,69 @@ impl<M: Model + ?Sized> Model for ExactModel<'_, M> {
             }
         }
         Ok(prediction)
+    }
+}
+
+/// What the real rules show one move ahead of a position in play, for its mover.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OneMoveAhead {
+    /// These moves win at once; `reward` is the largest of their rewards.
+    Wins { moves: Vec<usize>, reward: f32 },
+    /// No move wins at once; these moves leave the opponent a win at once, and at least one
+    /// other move does not.
+    Threatened { unsafe_moves: Vec<usize> },
+    /// No move wins at once and every move leaves the opponent a win at once; `reward` is
+    /// the largest reward such a win brings the opponent.
+    Lost { reward: f32 },
+    /// None of the above.
+    Quiet,
+}
+
+/// The mover's wins at once in `env`, or else the opponent's wins at once after each move
+/// (a move that ends the game in a draw or a loss leaves the opponent nothing). A move that
+/// wins is one that ends the game with a positive reward for its mover.
+pub fn one_move_ahead(env: &dyn Environment) -> OneMoveAhead {
+    let legal = env.legal_actions();
+    let wins = |env: &dyn Environment, moves: &[usize]| -> Vec<(usize, f32)> {
+        moves
+            .iter()
+            .filter_map(|&action| {
+                let mut next = env.clone_box();
+                let step = next.step(action).ok()?;
+                (step.terminated && step.reward > 0.0).then_some((action, step.reward as f32))
+            })
+            .collect()
+    };
+    let own = wins(env, &legal);
+    if !own.is_empty() {
+        let reward = own.iter().map(|w| w.1).fold(f32::MIN, f32::max);
+        return OneMoveAhead::Wins {
+            moves: own.into_iter().map(|w| w.0).collect(),
+            reward,
+        };
+    }
+    let mut unsafe_moves = Vec::new();
+    let mut worst = f32::MIN;
+    for &action in &legal {
+        let mut next = env.clone_box();
+        let Ok(step) = next.step(action) else {
+            continue;
+        };
+        if step.terminated || step.truncated {
+            continue;
+        }
+        let replies = wins(next.as_ref(), &next.legal_actions());
+        if !replies.is_empty() {
+            unsafe_moves.push(action);
+            worst = replies.iter().map(|w| w.1).fold(worst, f32::max);
+        }
+    }
+    if unsafe_moves.is_empty() {
+        OneMoveAhead::Quiet
+    } else if unsafe_moves.len() == legal.len() {
+        OneMoveAhead::Lost { reward: worst }
+    } else {
+        OneMoveAhead::Threatened { unsafe_moves }
     }
 }
 
@@ -232,9 +348,22 @@ mod tests {
         observations: &[Vec<f32>],
         simulations: usize,
     ) -> Vec<usize> {
+        search_with(envs, observations, simulations, false)
+    }
+
+    /// [`search`], with decisive moves or not.
+    fn search_with(
+        envs: &[&dyn Environment],
+        observations: &[Vec<f32>],
+        simulations: usize,
+        decisive: bool,
+    ) -> Vec<usize> {
         let a = envs[0].legal_action_mask().len();
         let mut network = Uniform(a);
         let mut model = ExactModel::new(&mut network, envs);
+        if decisive {
+            model = model.with_decisive_moves(1.0);
+        }
         let config = SearchConfig {
             num_simulations: simulations,
             two_player: true,
@@ -283,6 +412,95 @@ mod tests {
         let (t_block, t_block_obs) = after_moves(TicTacToe::new(), &[0, 4, 1]);
         let chosen = search(&[&t_win, &t_block], &[t_win_obs, t_block_obs], 100);
         assert_eq!(chosen, vec![2, 2]);
+    }
+
+    /// One move ahead: a win at once, the only block of a threat, a threat in a column, two
+    /// threats at once (lost), and a quiet opening; in tic-tac-toe too.
+    #[test]
+    fn one_move_ahead_sees_wins_threats_and_lost_positions() {
+        let look = |moves: &[usize]| {
+            let (env, _) = after_moves(ConnectFour::new(), moves);
+            one_move_ahead(&env)
+        };
+        assert_eq!(
+            look(&[0, 0, 1, 1, 2, 6]),
+            OneMoveAhead::Wins {
+                moves: vec![3],
+                reward: 1.0
+            }
+        );
+        assert_eq!(
+            look(&[0, 0, 1, 1, 2]),
+            OneMoveAhead::Threatened {
+                unsafe_moves: vec![0, 1, 2, 4, 5, 6]
+            }
+        );
+        assert_eq!(
+            look(&[5, 0, 5, 1, 5]),
+            OneMoveAhead::Threatened {
+                unsafe_moves: vec![0, 1, 2, 3, 4, 6]
+            }
+        );
+        // X holds 1, 2, 3 of the bottom row with 0 and 4 open: O cannot block both.
+        assert_eq!(look(&[1, 1, 2, 2, 3]), OneMoveAhead::Lost { reward: 1.0 });
+        assert_eq!(look(&[]), OneMoveAhead::Quiet);
+        let (t, _) = after_moves(TicTacToe::new(), &[0, 4, 1, 8]);
+        assert_eq!(
+            one_move_ahead(&t),
+            OneMoveAhead::Wins {
+                moves: vec![2],
+                reward: 1.0
+            }
+        );
+    }
+
+    /// With decisive moves, a root that wins at once is valued at the win with the whole
+    /// prior on the winning move, a child position where the mover must block keeps its prior
+    /// on the block only, and a lost child is valued at the discounted loss.
+    #[test]
+    fn decisive_moves_set_values_and_priors() {
+        let (win, win_obs) = after_moves(ConnectFour::new(), &[0, 0, 1, 1, 2, 6]);
+        let mut network = Uniform(7);
+        let mut model = ExactModel::new(&mut network, &[&win]).with_decisive_moves(0.9);
+        let root = model.initial_inference(&win_obs, 1, 4).unwrap();
+        assert_eq!(root.values, vec![1.0]);
+        for (action, logit) in root.policy_logits.iter().enumerate() {
+            assert_eq!(*logit == 0.0, action == 3, "logit of {action}: {logit}");
+        }
+        // After X plays 6 instead, O must block at 3 (X threatens it).
+        let blocked = model.recurrent_inference(&[0], &[6], 1).unwrap();
+        let logits = &blocked.policy_logits;
+        assert!(logits[3] > ILLEGAL_LOGIT / 2.0);
+        assert!((0..7)
+            .filter(|&m| m != 3)
+            .all(|m| logits[m] == ILLEGAL_LOGIT));
+        assert_eq!(blocked.values, vec![0.0], "the network's value stays");
+        // A position where O cannot block both of X's threats.
+        let (lost, lost_obs) = after_moves(ConnectFour::new(), &[1, 1, 2, 2, 3]);
+        let mut model = ExactModel::new(&mut network, &[&lost]).with_decisive_moves(0.9);
+        let root = model.initial_inference(&lost_obs, 1, 2).unwrap();
+        assert_eq!(root.values, vec![-0.9]);
+        // Without decisive moves the network's view is untouched (illegal moves aside).
+        let mut model = ExactModel::new(&mut network, &[&win]);
+        let root = model.initial_inference(&win_obs, 1, 2).unwrap();
+        assert_eq!(root.values, vec![0.0]);
+        assert!(root.policy_logits.iter().all(|&l| l == 0.0));
+    }
+
+    /// Two simulations are enough to play the win, the block and the column block when the
+    /// rules are looked at one move ahead.
+    #[test]
+    fn decisive_moves_find_the_win_and_the_block_with_two_simulations() {
+        let (win, win_obs) = after_moves(ConnectFour::new(), &[0, 0, 1, 1, 2, 6]);
+        let (block, block_obs) = after_moves(ConnectFour::new(), &[0, 0, 1, 1, 2]);
+        let (column, column_obs) = after_moves(ConnectFour::new(), &[5, 0, 5, 1, 5]);
+        let chosen = search_with(
+            &[&win, &block, &column],
+            &[win_obs, block_obs, column_obs],
+            2,
+            true,
+        );
+        assert_eq!(chosen, vec![3, 3, 5]);
     }
 
     /// Moves past the end of the game and illegal moves inside the tree: absorbing nodes

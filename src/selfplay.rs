@@ -823,6 +823,7 @@ mod tests {
             sampling_moves: None,
             value_bounds: None,
             unvisited_value: Default::default(),
+            decisive_moves: false,
         };
         let mut actor = Actor::new(&"TicTacToe".into(), 8, seed, 0)
             .unwrap()
@@ -863,6 +864,7 @@ mod tests {
             sampling_moves: None,
             value_bounds: None,
             unvisited_value: Default::default(),
+            decisive_moves: false,
         };
         let mut actor = Actor::new(&"CartPole-v1".into(), 4, 9, segment_length)
             .unwrap()
@@ -1001,6 +1003,7 @@ mod tests {
             sampling_moves: None,
             value_bounds: None,
             unvisited_value: Default::default(),
+            decisive_moves: false,
         };
         let on = |threads: usize| {
             rayon::ThreadPoolBuilder::new()

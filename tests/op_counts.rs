@@ -82,6 +82,7 @@ fn search_config(policy: SearchPolicy, simulations: usize) -> SearchConfig {
         sampling_moves: None,
         value_bounds: None,
         unvisited_value: Default::default(),
+        decisive_moves: false,
     }
 }
 

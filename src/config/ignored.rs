@@ -6,7 +6,7 @@
 //! training run, with the reason; [`Config::value_of`] reads a key's value so the caller can
 //! warn only about values that differ from the defaults or were set explicitly.
 
-use super::{Config, NetworkType, SearchPolicyKind, ValueTargetSource};
+use super::{Config, NetworkType, SearchModelKind, SearchPolicyKind, ValueTargetSource};
 
 /// A key whose value has no effect, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,6 +110,13 @@ impl Config {
             add("mcts.gumbel_c_visit", why.to_string());
             add("mcts.gumbel_c_scale", why.to_string());
             add("mcts.gumbel_noise_scale", why.to_string());
+        }
+
+        if m.decisive_moves && m.model != SearchModelKind::Exact {
+            add(
+                "mcts.decisive_moves",
+                "mcts.model is \"learned\": only the exact-rules search knows the rules one move ahead".to_string(),
+            );
         }
 
         let n = &self.network_architecture;

@@ -233,6 +233,10 @@ pub struct MctsConfig {
     /// pUCT: an unvisited child's value term, "min" (the bottom of the normalised range, as
     /// MuZero) or "parent" (the parent's mean value).
     pub unvisited_value: crate::search::UnvisitedValue,
+    /// With the exact model: check every searched position one move ahead with the real
+    /// rules (a win at once sets its value and prior; moves that leave the opponent a win at
+    /// once lose their prior when others do not). See `crate::exact_model`.
+    pub decisive_moves: bool,
 }
 
 /// "Environment".

@@ -400,6 +400,7 @@ mod tests {
             sampling_moves: None,
             value_bounds: None,
             unvisited_value: Default::default(),
+            decisive_moves: false,
         }
     }
 

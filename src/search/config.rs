@@ -103,6 +103,10 @@ pub struct SearchConfig {
     /// pUCT: the value term of an unvisited child.
     #[serde(default)]
     pub unvisited_value: UnvisitedValue,
+    /// With `exact_rules`: check every position one move ahead with the real rules (see
+    /// `crate::exact_model`). The search itself does not read it.
+    #[serde(default)]
+    pub decisive_moves: bool,
 }
 
 impl Default for SearchConfig {
@@ -121,6 +125,7 @@ impl Default for SearchConfig {
             sampling_moves: None,
             value_bounds: None,
             unvisited_value: UnvisitedValue::Min,
+            decisive_moves: false,
         }
     }
 }
