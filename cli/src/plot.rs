@@ -356,13 +356,17 @@ fn register_font(path: Option<&Path>) -> Result<(), PlotError> {
     })
 }
 
-const COLORS: [RGBColor; 6] = [
+const COLORS: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
     RGBColor(214, 39, 40),
     RGBColor(148, 103, 189),
     RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
 ];
 
 /// Draw `runs` into a PNG at `out` (1500 x 800), with the TrueType font at `font` (`None`:
@@ -406,7 +410,9 @@ pub fn draw(runs: &[RunCurves], out: &Path, font: Option<&Path>) -> Result<(), P
 }
 
 fn color_name(i: usize) -> &'static str {
-    ["blue", "orange", "green", "red", "purple", "brown"][i % COLORS.len()]
+    [
+        "blue", "orange", "green", "red", "purple", "brown", "pink", "grey", "olive", "cyan",
+    ][i % COLORS.len()]
 }
 
 fn draw_panel(
