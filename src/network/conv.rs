@@ -477,7 +477,7 @@ mod tests {
     /// norms, themselves tested against candle's ops), forward and every gradient: with and
     /// without a stem, with 0 to 2 blocks, over a batch of several chunks with a short last
     /// one, every norm's scale and shift drawn at random; with 5 channels and with the
-    /// presets' 16 and 32.
+    /// presets' 16 and 32; after a pass over other values, whose buffers the host trunk reuses.
     #[test]
     fn the_host_trunk_equals_the_layer_by_layer_trunk_and_its_gradients() {
         let (b, h, w) = (29, 6, 7);
@@ -497,6 +497,10 @@ mod tests {
             let stem = stem.then_some((&trunk.input, &trunk.norm));
             let x = Var::from_tensor(&uniform(&[b, input, h, w], 2.0, seed + 10)).unwrap();
             let mix = uniform(&[b, channels, h, w], 1.0, seed + 20);
+            // A pass over other values first: the host trunk's next pass reuses its buffers
+            // (`recycled`), whose old contents must not leak into the results.
+            let other = Var::from_tensor(&uniform(&[b, input, h, w], 3.0, seed + 30)).unwrap();
+            trunk_and_gradients(stem, &trunk.blocks, &vars, &other, &mix, true);
             let ours = trunk_and_gradients(stem, &trunk.blocks, &vars, &x, &mix, true);
             let theirs = trunk_and_gradients(stem, &trunk.blocks, &vars, &x, &mix, false);
             assert_close(&ours[0], &theirs[0], 1e-4, "outputs");

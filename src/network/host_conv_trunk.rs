@@ -27,6 +27,7 @@ use rayon::prelude::*;
 use super::fused::{dot, fusable, host_paths, narrowed, standardize_row, sum, widened};
 use super::host_conv::{filters_to_rows, rows_to_filters, with_scratch};
 use super::host_mlp::gemm_strided;
+use super::recycled;
 
 /// Board positions per chunk of work (whole samples, at least one): a fixed split whatever
 /// the number of threads, so results do not depend on it.
@@ -174,11 +175,20 @@ fn unpack(shape: &TrunkShape, packed: &[f32]) -> Vec<LayerParams> {
 
 /// What the forward pass keeps of a chunk for the backward pass: every layer's output (after
 /// its ReLU; `acts[0]` is the input) and its normalised values before scale and shift, with
-/// each sample's 1 / std, all channels-last.
+/// each sample's 1 / std, all channels-last. The buffers go back to [`recycled`] when it is
+/// dropped.
 struct ChunkSaved {
     acts: Vec<Vec<f32>>,
     xhat: Vec<Vec<f32>>,
     rstd: Vec<Vec<f32>>,
+}
+
+impl Drop for ChunkSaved {
+    fn drop(&mut self) {
+        for buffers in [&mut self.acts, &mut self.xhat, &mut self.rstd] {
+            recycled::give_all(buffers.drain(..));
+        }
+    }
 }
 
 /// The op's state: the shape, whether to keep activations (the output is differentiated) and
@@ -369,7 +379,8 @@ impl HostTrunk {
         let n = x.len() / (shape.input * hw);
         let rows = n * hw;
         let o = shape.channels;
-        let mut input = vec![0f32; x.len()];
+        // Every buffer taken from `recycled` here is overwritten whole before it is read.
+        let mut input = recycled::take(x.len());
         to_channels_last(x, shape.input, hw, &mut input);
         let mut acts = vec![input];
         let (mut xhats, mut rstds) = (Vec::new(), Vec::new());
@@ -378,12 +389,12 @@ impl HostTrunk {
         let cols_len = rows * shape.kernel * shape.kernel * shape.input.max(o);
         with_scratch([cols_len, 0, 0], |[cols, _, _]| {
             for (l, params) in layers.iter().enumerate() {
-                let mut y = vec![0f32; rows * o];
+                let mut y = recycled::take(rows * o);
                 let residual = shape
                     .closes_block(l)
                     .then(|| acts[shape.block_start(l)].as_slice());
                 let (mut xhat, mut rstd) = if self.keep {
-                    (vec![0f32; rows * o], vec![0f32; n])
+                    (recycled::take(rows * o), recycled::take(n))
                 } else {
                     (Vec::new(), Vec::new())
                 };
@@ -406,7 +417,11 @@ impl HostTrunk {
             }
         });
         to_channels_first(&acts[layers.len()], o, hw, out);
-        self.keep.then_some(ChunkSaved {
+        if !self.keep {
+            recycled::give_all(acts);
+            return None;
+        }
+        Some(ChunkSaved {
             acts,
             xhat: xhats,
             rstd: rstds,
@@ -428,7 +443,8 @@ impl HostTrunk {
         let n = grad.len() / (o * hw);
         let rows = n * hw;
         let per_sample = hw * o;
-        let mut g = vec![0f32; rows * o];
+        // Overwritten whole by the gradient.
+        let mut g = recycled::take(rows * o);
         to_channels_last(grad, o, hw, &mut g);
         let mut grads: Vec<Vec<f32>> = (0..layers.len())
             .map(|l| vec![0f32; shape.layer_params(l)])
@@ -447,7 +463,9 @@ impl HostTrunk {
                     *gv = if *a > 0.0 { *gv } else { 0.0 };
                 }
                 if shape.closes_block(l) {
-                    pending_residual = Some(g.clone());
+                    let mut residual = recycled::take(g.len());
+                    residual.copy_from_slice(&g);
+                    pending_residual = Some(residual);
                 }
                 // Through the norm: g becomes the gradient of the convolution's output.
                 let (filter_len, param) = (shape.filter_len(l), &mut grads[l]);
@@ -515,21 +533,24 @@ impl HostTrunk {
                     dcols,
                     false,
                 );
-                let mut g_in = vec![0f32; rows * c];
+                let mut g_in = recycled::take(rows * c);
+                g_in.fill(0.0);
                 fold(dcols, c, shape, &mut g_in);
                 if shape.closes_block(l + 1) {
                     if let Some(r) = pending_residual.take() {
                         for (d, v) in g_in.iter_mut().zip(&r) {
                             *d += v;
                         }
+                        recycled::give(r);
                     }
                 }
-                g = g_in;
+                recycled::give(std::mem::replace(&mut g, g_in));
             }
             if let Some(dx) = dx {
                 to_channels_first(&g, shape.input, hw, dx);
             }
         });
+        recycled::give(g);
         grads
     }
 }

@@ -16,6 +16,7 @@ pub mod layers;
 pub mod mlp;
 pub mod params;
 pub mod projection;
+mod recycled;
 pub mod search_model;
 pub mod unfold;
 pub mod value_prefix;
