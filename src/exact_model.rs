@@ -253,24 +253,31 @@ pub enum OneMoveAhead {
     Quiet,
 }
 
-/// The mover's wins at once in `env`, or else the opponent's wins at once after each move
-/// (a move that ends the game in a draw or a loss leaves the opponent nothing). A move that
-/// wins is one that ends the game with a positive reward for its mover.
+/// The legal moves of `env` that win at once, each with its reward: moves that end the game
+/// with a positive reward for the player to move, tried on clones.
+pub fn wins_at_once(env: &dyn Environment) -> Vec<(usize, f64)> {
+    env.legal_actions()
+        .into_iter()
+        .filter_map(|action| {
+            let mut next = env.clone_box();
+            let step = next.step(action).ok()?;
+            (step.terminated && step.reward > 0.0).then_some((action, step.reward))
+        })
+        .collect()
+}
+
+/// The largest reward among `wins`.
+fn largest_reward(wins: &[(usize, f64)], start: f32) -> f32 {
+    wins.iter().map(|w| w.1 as f32).fold(start, f32::max)
+}
+
+/// The mover's wins at once in `env` ([`wins_at_once`]), or else the opponent's wins at once
+/// after each move (a move that ends the game in a draw or a loss leaves the opponent nothing).
 pub fn one_move_ahead(env: &dyn Environment) -> OneMoveAhead {
     let legal = env.legal_actions();
-    let wins = |env: &dyn Environment, moves: &[usize]| -> Vec<(usize, f32)> {
-        moves
-            .iter()
-            .filter_map(|&action| {
-                let mut next = env.clone_box();
-                let step = next.step(action).ok()?;
-                (step.terminated && step.reward > 0.0).then_some((action, step.reward as f32))
-            })
-            .collect()
-    };
-    let own = wins(env, &legal);
+    let own = wins_at_once(env);
     if !own.is_empty() {
-        let reward = own.iter().map(|w| w.1).fold(f32::MIN, f32::max);
+        let reward = largest_reward(&own, f32::MIN);
         return OneMoveAhead::Wins {
             moves: own.into_iter().map(|w| w.0).collect(),
             reward,
@@ -286,10 +293,10 @@ pub fn one_move_ahead(env: &dyn Environment) -> OneMoveAhead {
         if step.terminated || step.truncated {
             continue;
         }
-        let replies = wins(next.as_ref(), &next.legal_actions());
+        let replies = wins_at_once(next.as_ref());
         if !replies.is_empty() {
             unsafe_moves.push(action);
-            worst = replies.iter().map(|w| w.1).fold(worst, f32::max);
+            worst = largest_reward(&replies, worst);
         }
     }
     if unsafe_moves.is_empty() {

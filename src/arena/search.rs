@@ -132,15 +132,12 @@ fn move_value(env: &dyn Environment, action: usize, depth: usize, alpha: f32, be
 }
 
 /// The legal moves of `env` that end the game with a win for the player to move (a
-/// terminating step with a positive reward), tried on clones.
+/// terminating step with a reward above 0.5), tried on clones.
 pub fn winning_moves(env: &dyn Environment) -> Vec<usize> {
-    env.legal_actions()
+    crate::exact_model::wins_at_once(env)
         .into_iter()
-        .filter(|&a| {
-            let mut next = env.clone_box();
-            next.step(a)
-                .is_ok_and(|step| step.terminated && step.reward > 0.5)
-        })
+        .filter(|&(_, reward)| reward > 0.5)
+        .map(|(action, _)| action)
         .collect()
 }
 
