@@ -45,8 +45,10 @@ pub fn network_spec(config: &Config, env: &EnvInfo) -> NetworkSpec {
         num_blocks: n.num_blocks,
         conv_channels: n.conv_channels,
         force_mlp: n.network_type == NetworkType::Mlp,
-        value_support: Support::symmetric(n.value_support_size as u32),
-        reward_support: Support::symmetric(n.reward_support_size as u32),
+        value_support: Support::symmetric(n.value_support_size as u32)
+            .with_transform(n.support_transform),
+        reward_support: Support::symmetric(n.reward_support_size as u32)
+            .with_transform(n.support_transform),
         projection_dim: if config.training.consistency_loss_weight > 0.0 {
             n.hidden_dim
         } else {

@@ -37,11 +37,43 @@ pub fn h_inv(y: f32) -> f32 {
     (y.signum() * (ratio * ratio - 1.0)) as f32
 }
 
-/// A categorical support: one atom at every integer of `min..=max` (in `h`-space).
+/// How a scalar maps into a support's atoms.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transform {
+    /// MuZero's [`h`] before the two-hot encoding and [`h_inv`] after the expectation: wide
+    /// ranges of returns on a few atoms.
+    #[default]
+    H,
+    /// The scalar itself: atoms at the values. With the atoms -1, 0 and 1 a board game's
+    /// value head is a win / draw / loss classifier, and decoded values stay in `[-1, 1]`.
+    None,
+}
+
+impl Transform {
+    fn forward(self, x: f32) -> f32 {
+        match self {
+            Transform::H => h(x),
+            Transform::None => x,
+        }
+    }
+
+    fn inverse(self, y: f32) -> f32 {
+        match self {
+            Transform::H => h_inv(y),
+            Transform::None => y,
+        }
+    }
+}
+
+/// A categorical support: one atom at every integer of `min..=max` (after its [`Transform`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Support {
     pub min: i32,
     pub max: i32,
+    /// Absent in checkpoints written before the choice existed: [`Transform::H`].
+    #[serde(default)]
+    pub transform: Transform,
 }
 
 impl Support {
@@ -51,7 +83,16 @@ impl Support {
     /// If `min > max`.
     pub fn new(min: i32, max: i32) -> Self {
         assert!(min <= max, "support min {min} > max {max}");
-        Self { min, max }
+        Self {
+            min,
+            max,
+            transform: Transform::H,
+        }
+    }
+
+    /// The same atoms with `transform` between scalars and atoms.
+    pub fn with_transform(self, transform: Transform) -> Self {
+        Self { transform, ..self }
     }
 
     /// The symmetric support `-n..=n` (`2n + 1` atoms), as in MuZero (`n = 300`).
@@ -65,7 +106,8 @@ impl Support {
         (i64::from(self.max) - i64::from(self.min) + 1) as usize
     }
 
-    /// Two-hot encoding of `h(x)` clamped to `[min, max]`, written into `out` (`size()` values).
+    /// Two-hot encoding of the transformed `x` (`h(x)` by default) clamped to `[min, max]`,
+    /// written into `out` (`size()` values).
     ///
     /// NaN encodes like 0 clamped into the support; infinities clamp to the end atoms.
     ///
@@ -79,7 +121,11 @@ impl Support {
         );
         out.fill(0.0);
         let (lo_f, hi_f) = (self.min as f32, self.max as f32);
-        let y = if x.is_nan() { 0.0 } else { h(x) };
+        let y = if x.is_nan() {
+            0.0
+        } else {
+            self.transform.forward(x)
+        };
         let y = y.clamp(lo_f, hi_f);
         let floor = y.floor();
         let lower = (floor - lo_f) as usize;
@@ -93,7 +139,8 @@ impl Support {
         }
     }
 
-    /// Two-hot encoding of `h(x)` clamped to `[min, max]` (`size()` probabilities summing to 1).
+    /// Two-hot encoding of the transformed `x` clamped to `[min, max]` (`size()` probabilities
+    /// summing to 1).
     pub fn scalar_to_probs(&self, x: f32) -> Vec<f32> {
         let mut out = vec![0.0; self.size()];
         self.scalar_to_probs_into(x, &mut out);
@@ -110,7 +157,8 @@ impl Support {
         out
     }
 
-    /// Decode a distribution over the atoms: `h_inv(sum_i p_i * atom_i)`.
+    /// Decode a distribution over the atoms: `h_inv(sum_i p_i * atom_i)` (without `h_inv`
+    /// for [`Transform::None`]).
     ///
     /// # Panics
     /// If `probs.len() != self.size()`.
@@ -121,7 +169,7 @@ impl Support {
             .enumerate()
             .map(|(i, &p)| f64::from(p) * (f64::from(self.min) + i as f64))
             .sum();
-        h_inv(expectation as f32)
+        self.transform.inverse(expectation as f32)
     }
 
     /// Batched [`Support::probs_to_scalar`]: `[B * size()]` probabilities to `[B]` scalars.
@@ -148,7 +196,7 @@ impl Support {
         // search decodes two rows per node, so this is on its hot path (vectorised exp).
         let max = crate::fast_exp::max(logits);
         let (total, weighted) = crate::fast_exp::sum_exp_and_index_moment(logits, max);
-        h_inv(self.min as f32 + weighted / total)
+        self.transform.inverse(self.min as f32 + weighted / total)
     }
 
     /// Batched [`Support::logits_to_scalar`]: `[B * size()]` logits to `[B]` scalars.
@@ -175,6 +223,42 @@ mod tests {
 
     fn close(a: f32, b: f32, rel: f32) -> bool {
         (a - b).abs() <= rel * (1.0 + a.abs().max(b.abs()))
+    }
+
+    #[test]
+    fn without_the_transform_the_atoms_are_the_values() {
+        let wdl = Support::symmetric(1).with_transform(Transform::None);
+        assert_eq!(wdl.scalar_to_probs(1.0), vec![0.0, 0.0, 1.0]);
+        assert_eq!(wdl.scalar_to_probs(-1.0), vec![1.0, 0.0, 0.0]);
+        assert_eq!(wdl.scalar_to_probs(0.0), vec![0.0, 1.0, 0.0]);
+        let half = wdl.scalar_to_probs(0.25);
+        assert!(
+            close(half[1], 0.75, 1e-6) && close(half[2], 0.25, 1e-6),
+            "{half:?}"
+        );
+        assert!(close(wdl.probs_to_scalar(&[0.2, 0.3, 0.5]), 0.3, 1e-6));
+        let logits = [0.1f32, -0.4, 1.3];
+        let total: f32 = logits.iter().map(|l| l.exp()).sum();
+        let expected = (logits[2].exp() - logits[0].exp()) / total;
+        assert!(close(wdl.logits_to_scalar(&logits), expected, 1e-5));
+        // With MuZero's transform a win sits between the atoms 0 and 1.
+        let squashed = Support::symmetric(1).scalar_to_probs(1.0);
+        assert!(squashed[1] > 0.5 && squashed[2] > 0.4, "{squashed:?}");
+        assert!(close(
+            Support::symmetric(1).probs_to_scalar(&squashed),
+            1.0,
+            1e-5
+        ));
+    }
+
+    #[test]
+    fn a_support_written_without_its_transform_reads_as_muzeros() {
+        let read: Support = serde_json::from_str(r#"{"min": -2, "max": 2}"#).unwrap();
+        assert_eq!(read, Support::symmetric(2));
+        assert_eq!(read.transform, Transform::H);
+        let none = Support::symmetric(1).with_transform(Transform::None);
+        let text = serde_json::to_string(&none).unwrap();
+        assert_eq!(serde_json::from_str::<Support>(&text).unwrap(), none);
     }
 
     #[test]

@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::support::Transform;
+
 /// `network_architecture.network_type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -115,6 +117,10 @@ pub struct NetworkConfig {
     /// Reward head support is the integers `-n..=n` (after the h(x) transform); with a value
     /// prefix it must hold the sums of up to `value_prefix_horizon` rewards.
     pub reward_support_size: usize,
+    /// Between values or rewards and the supports' atoms: "h" (MuZero's h(x), wide ranges on
+    /// few atoms) or "none" (the atoms are the values: with a support size of 1, win / draw /
+    /// loss heads for a board game's outcomes of -1, 0 and 1).
+    pub support_transform: Transform,
     /// Width of the LSTM of EfficientZero's value prefix: the dynamics predicts the sum of
     /// the rewards since the last reset instead of each reward (0: off).
     pub value_prefix_dim: usize,
