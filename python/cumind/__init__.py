@@ -5,6 +5,9 @@
     agent = cumind.Agent.load(run)
     action = agent.select_action(observation)
 
+``cumind.connect_four_move(observation, "alphabeta:4")`` gives the move of one of the
+Connect Four opponents of ``cumind eval --opponent``, for programs that play against them.
+
 The training runs in Rust (the same run as the ``cumind train`` command: progress bar,
 evaluations, checkpoints, ``curves.png``); a Gymnasium environment is stepped in this
 interpreter. See docs/python.md.
@@ -16,9 +19,9 @@ import os
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from . import _cumind
-from ._cumind import Agent, version
+from ._cumind import Agent, connect_four_move, version
 
-__all__ = ["Agent", "train", "version"]
+__all__ = ["Agent", "connect_four_move", "train", "version"]
 
 
 def train(

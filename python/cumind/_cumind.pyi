@@ -36,5 +36,19 @@ def train(
     seed: Optional[int] = None,
     progress: bool = True,
 ) -> str: ...
+def connect_four_move(
+    observation: npt.ArrayLike, opponent: str, seed: Optional[int] = None
+) -> int:
+    """The column that a Connect Four opponent of ``cumind eval --opponent`` plays.
+
+    observation: the environment's observation, 126 values flat or ``[3][6][7]``: the mover's
+    stones, the opponent's stones, the to-play plane; row 0 at the top.
+    opponent: ``"random"``, ``"alphabeta:DEPTH"`` (the bitboard alpha-beta) or ``"perfect"``
+    (the exact solver, for positions with at most 24 empty cells).
+    seed: seeds the choice among equally good moves; fresh entropy when None.
+
+    Raises ValueError for an observation of another size, a full board or stones above an
+    empty cell, an opponent that is not one of these, and ``perfect`` too early to solve.
+    """
 def version() -> str:
     """The version and the features of this build."""

@@ -4,6 +4,8 @@
 //! - [`Agent`]: a trained agent loaded from a checkpoint, acting on numpy observations.
 //! - [`train`]: a training run as `cumind train` makes it, on a configuration given as a dict
 //!   or a file, on a built-in environment, a Gymnasium id, or a Gymnasium environment object.
+//! - [`connect_four_move`]: the move of one of the arena's Connect Four opponents (`random`,
+//!   `alphabeta:DEPTH`, `perfect`), so programs outside CuMind meet the same opponents.
 //!
 //! The search and the training run with the interpreter's lock released; a Gymnasium
 //! environment takes it for each reset and step.
@@ -17,7 +19,10 @@ use candle_core::Device;
 use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
+use cumind::arena::{connect_four, search, ArenaError, OpponentSpec};
 use cumind::config::{Config, ConfigSources};
 use cumind_envs::gymnasium::{float32_values, GymnasiumEnv};
 use cumind_envs::{Environment, GYMNASIUM_PREFIX};
@@ -299,6 +304,84 @@ fn train(
     Ok(run_dir.display().to_string())
 }
 
+/// Rows and columns of the Connect Four board.
+const C4_ROWS: usize = 6;
+const C4_COLUMNS: usize = 7;
+
+/// The move the Connect Four opponent `opponent` (written as `cumind eval --opponent` takes
+/// it: `random`, `alphabeta:DEPTH` or `perfect`) makes in the position `observation` (the
+/// environment's `[3, 6, 7]` planes: the mover's stones, the opponent's, the to-play plane;
+/// row 0 at the top), choosing among equally good moves with a generator seeded by `seed`
+/// (fresh entropy without one).
+#[pyfunction]
+#[pyo3(signature = (observation, opponent, seed = None))]
+fn connect_four_move(
+    py: Python<'_>,
+    observation: &Bound<'_, PyAny>,
+    opponent: &str,
+    seed: Option<u64>,
+) -> PyResult<usize> {
+    let plane = C4_ROWS * C4_COLUMNS;
+    let values = float32_values(observation)?;
+    let board = connect_four::Board::from_observation(&values, &[3, C4_ROWS, C4_COLUMNS])
+        .ok_or_else(|| {
+            value_error(format!(
+                "a Connect Four observation has 3 x {C4_ROWS} x {C4_COLUMNS} = {} values (the \
+                 mover's stones, the opponent's, the to-play plane; row 0 at the top), got {}",
+                3 * plane,
+                values.len()
+            ))
+        })?;
+    let occupied = |row: usize, column: usize| {
+        let i = row * C4_COLUMNS + column;
+        values[i] > 0.5 || values[plane + i] > 0.5
+    };
+    for column in 0..C4_COLUMNS {
+        for row in 1..C4_ROWS {
+            if occupied(row - 1, column) && !occupied(row, column) {
+                return Err(value_error(format!(
+                    "not a Connect Four position: column {column} has a stone in row {} above \
+                     the empty cell of row {row} (row 0 is the top)",
+                    row - 1
+                )));
+            }
+        }
+    }
+    let legal: Vec<usize> = (0..C4_COLUMNS).filter(|&c| !occupied(0, c)).collect();
+    if legal.is_empty() {
+        return Err(value_error("the board is full: no column is left to play"));
+    }
+    let spec: OpponentSpec = opponent.parse().map_err(value_error)?;
+    let mut rng = match seed {
+        Some(seed) => StdRng::seed_from_u64(seed),
+        None => StdRng::from_os_rng(),
+    };
+    // The same choices as the arena's `Opponent::choose`.
+    match spec {
+        OpponentSpec::Random => Ok(legal[rng.random_range(0..legal.len())]),
+        OpponentSpec::AlphaBeta(depth) => {
+            let moves = py.detach(|| connect_four::alphabeta_move_values(&board, depth));
+            Ok(search::pick_best(&moves, 1e-6, &mut rng))
+        }
+        OpponentSpec::Perfect => {
+            let moves = py
+                .detach(|| connect_four::exact_move_values(&board))
+                .ok_or_else(|| {
+                    value_error(ArenaError::TooEarlyToSolve {
+                        empty: board.empty_cells(),
+                        limit: connect_four::PERFECT_MAX_EMPTY,
+                    })
+                })?;
+            Ok(search::pick_best(&moves, 0.0, &mut rng))
+        }
+        OpponentSpec::Checkpoint(_) | OpponentSpec::All => Err(value_error(format!(
+            "opponent {opponent:?}: connect_four_move plays random, alphabeta:DEPTH or perfect \
+             (a checkpoint is an agent: load it with cumind.Agent.load; `all` is an audit, not \
+             a player)"
+        ))),
+    }
+}
+
 /// The version and the features of this build.
 #[pyfunction]
 fn version() -> String {
@@ -309,6 +392,7 @@ fn version() -> String {
 fn _cumind(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Agent>()?;
     m.add_function(wrap_pyfunction!(train, m)?)?;
+    m.add_function(wrap_pyfunction!(connect_four_move, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     Ok(())
 }

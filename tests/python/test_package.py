@@ -72,9 +72,60 @@ def expect_error(kind, call, *texts):
     raise AssertionError(f"no {kind.__name__}")
 
 
+def connect_four_observation(moves):
+    """The environment's observation after `moves` (columns, the first player first)."""
+    board, heights = np.zeros((6, 7), int), [0] * 7
+    for ply, column in enumerate(moves):
+        board[5 - heights[column], column] = 1 + ply % 2
+        heights[column] += 1
+    mover = 1 + len(moves) % 2
+    observation = np.zeros((3, 6, 7), np.float32)
+    observation[0] = board == mover
+    observation[1] = (board != mover) & (board != 0)
+    observation[2] = 1.0 if mover == 1 else 0.0
+    return observation
+
+
+def connect_four_opponents():
+    move = cumind.connect_four_move
+    # The first player has three on the bottom row and plays the fourth; the second blocks it.
+    win = connect_four_observation([0, 0, 1, 1, 2, 2])
+    block = connect_four_observation([0, 6, 1, 6, 2])
+    for seed in range(5):
+        for depth in (1, 2, 4):
+            assert move(win, f"alphabeta:{depth}", seed=seed) == 3
+            assert move(block, f"alphabeta:{depth}", seed=seed) == 3
+    # A flat list and nested lists work as well as an array; no seed draws fresh entropy.
+    assert move(win.reshape(-1).tolist(), "alphabeta:3") == 3
+    assert move(win.tolist(), "alphabeta:3", seed=1) == 3
+    # The solver, once few enough cells are empty (18 stones: 24 empty), takes the win.
+    late = connect_four_observation([0] * 6 + [1] * 6 + [2] * 6)
+    assert move(late, "perfect", seed=0) == 3
+    # Random plays only legal columns (column 3 is full).
+    full_column = connect_four_observation([3] * 6)
+    assert {move(full_column, "random", seed=s) for s in range(60)} == {0, 1, 2, 4, 5, 6}
+    # What cannot be answered is refused with the reason.
+    expect_error(ValueError, lambda: move(win, "perfect"), "at most 24", "has 36")
+    expect_error(ValueError, lambda: move(np.zeros(125), "random"), "126", "125")
+    expect_error(ValueError, lambda: move(np.zeros((3, 6, 6)).tolist(), "random"), "126", "108")
+    full = np.zeros((3, 6, 7), np.float32)
+    full[0] = np.indices((6, 7)).sum(0) % 2
+    full[1] = 1 - full[0]
+    expect_error(ValueError, lambda: move(full, "alphabeta:2"), "full")
+    floating = np.zeros((3, 6, 7), np.float32)
+    floating[0, 0, 4] = 1.0
+    expect_error(ValueError, lambda: move(floating, "random"), "column 4")
+    expect_error(ValueError, lambda: move(win, "checkpoint:runs/x"), "cumind.Agent.load")
+    expect_error(ValueError, lambda: move(win, "all"), "audit")
+    expect_error(ValueError, lambda: move(win, "alphabeta:0"), "unknown opponent")
+    expect_error(ValueError, lambda: move(win, "minimax"), "unknown opponent")
+
+
 def main():
     os.chdir(tempfile.mkdtemp())
     print(cumind.version())
+
+    connect_four_opponents()
 
     # An environment object: trained, loaded, acted with.
     run = cumind.train(small(3000), env=Corridor(), seed=3, progress=False)
