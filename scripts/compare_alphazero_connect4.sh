@@ -30,16 +30,10 @@ SEED=${SEED:-0}
 OPPONENTS=${OPPONENTS:-alphabeta:4}
 EVAL_GAMES=${EVAL_GAMES:-100}
 OUT_DIR=${OUT_DIR:-benchmarks/alphazero-connect4-$(date +%Y%m%d-%H%M%S)}
-TORCH_VENV=${TORCH_VENV:-$HOME/.cache/cumind-torch-venv}
 mkdir -p "$OUT_DIR"
 
-# The pinned version, reinstalled when the environment holds another.
-PINNED=$(sed -n 's/^torch==//p' scripts/peers/requirements-torch.txt)
-installed() { "$TORCH_VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null; }
-if [ ! -x "$TORCH_VENV/bin/python" ] || [ "$(installed)" != "$PINNED" ]; then
-  [ -x "$TORCH_VENV/bin/python" ] || python3 -m venv "$TORCH_VENV"
-  "$TORCH_VENV/bin/pip" install -q -r scripts/peers/requirements-torch.txt
-fi
+# The pinned torch in $TORCH_VENV.
+source scripts/peers/torch_venv.sh
 if [ "${INSTALL_CUMIND:-1}" != 0 ]; then
   echo "== pip install . (the cumind package, for its Connect Four opponents)"
   "$TORCH_VENV/bin/pip" install -q .

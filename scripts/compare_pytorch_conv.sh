@@ -21,16 +21,10 @@ BLOCKS=${CONV_BLOCKS:-2}
 REPETITIONS=${REPETITIONS:-15}
 ROUNDS=${ROUNDS:-3}
 OUT_DIR=${OUT_DIR:-benchmarks/pytorch-conv-$(date +%Y%m%d-%H%M%S)}
-TORCH_VENV=${TORCH_VENV:-$HOME/.cache/cumind-torch-venv}
 mkdir -p "$OUT_DIR"
 
-# The pinned version, reinstalled when the environment holds another.
-PINNED=$(sed -n 's/^torch==//p' scripts/peers/requirements-torch.txt)
-installed() { "$TORCH_VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null; }
-if [ ! -x "$TORCH_VENV/bin/python" ] || [ "$(installed)" != "$PINNED" ]; then
-  [ -x "$TORCH_VENV/bin/python" ] || python3 -m venv "$TORCH_VENV"
-  "$TORCH_VENV/bin/pip" install -q -r scripts/peers/requirements-torch.txt
-fi
+# The pinned torch in $TORCH_VENV.
+source scripts/peers/torch_venv.sh
 BIN=${BIN:-target/release/cumind}
 if [ "$BIN" = target/release/cumind ]; then
   cargo build --release
