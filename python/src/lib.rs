@@ -22,7 +22,7 @@ use pyo3::types::{PyDict, PyList};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use cumind::arena::{connect_four, search, ArenaError, OpponentSpec};
+use cumind::arena::{connect_four, OpponentSpec};
 use cumind::config::{Config, ConfigSources};
 use cumind_envs::gymnasium::{float32_values, GymnasiumEnv};
 use cumind_envs::{Environment, GYMNASIUM_PREFIX};
@@ -356,24 +356,15 @@ fn connect_four_move(
         Some(seed) => StdRng::seed_from_u64(seed),
         None => StdRng::from_os_rng(),
     };
-    // The same choices as the arena's `Opponent::choose`.
+    // The arena's own players (`Opponent::choose` plays these on Connect Four).
     match spec {
         OpponentSpec::Random => Ok(legal[rng.random_range(0..legal.len())]),
         OpponentSpec::AlphaBeta(depth) => {
-            let moves = py.detach(|| connect_four::alphabeta_move_values(&board, depth));
-            Ok(search::pick_best(&moves, 1e-6, &mut rng))
+            Ok(py.detach(|| connect_four::alphabeta_move(&board, depth, &mut rng)))
         }
-        OpponentSpec::Perfect => {
-            let moves = py
-                .detach(|| connect_four::exact_move_values(&board))
-                .ok_or_else(|| {
-                    value_error(ArenaError::TooEarlyToSolve {
-                        empty: board.empty_cells(),
-                        limit: connect_four::PERFECT_MAX_EMPTY,
-                    })
-                })?;
-            Ok(search::pick_best(&moves, 0.0, &mut rng))
-        }
+        OpponentSpec::Perfect => py
+            .detach(|| connect_four::perfect_move(&board, &mut rng))
+            .map_err(value_error),
         OpponentSpec::Checkpoint(_) | OpponentSpec::All => Err(value_error(format!(
             "opponent {opponent:?}: connect_four_move plays random, alphabeta:DEPTH or perfect \
              (a checkpoint is an agent: load it with cumind.Agent.load; `all` is an audit, not \

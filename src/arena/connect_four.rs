@@ -11,6 +11,10 @@
 
 use std::collections::HashMap;
 
+use rand::Rng;
+
+use super::{search::pick_best, ArenaError};
+
 const ROWS: usize = 6;
 const COLUMNS: usize = 7;
 /// Bits per column: the rows and a guard bit that keeps lines from wrapping.
@@ -345,6 +349,22 @@ pub fn alphabeta_move_values(board: &Board, depth: usize) -> Vec<(usize, f32)> {
 pub fn exact_move_values(board: &Board) -> Option<Vec<(usize, f32)>> {
     (board.empty_cells() <= PERFECT_MAX_EMPTY)
         .then(|| Searcher::new(true).move_values(board, board.empty_cells(), 0.0))
+}
+
+/// The move `alphabeta:DEPTH` plays on `board`: uniformly among the moves whose values are
+/// within 1e-6 of the best.
+pub fn alphabeta_move<R: Rng + ?Sized>(board: &Board, depth: usize, rng: &mut R) -> usize {
+    pick_best(&alphabeta_move_values(board, depth), 1e-6, rng)
+}
+
+/// The move `perfect` plays on `board`: uniformly among the optimal moves; an error with more
+/// than [`PERFECT_MAX_EMPTY`] empty cells.
+pub fn perfect_move<R: Rng + ?Sized>(board: &Board, rng: &mut R) -> Result<usize, ArenaError> {
+    let values = exact_move_values(board).ok_or(ArenaError::TooEarlyToSolve {
+        empty: board.empty_cells(),
+        limit: PERFECT_MAX_EMPTY,
+    })?;
+    Ok(pick_best(&values, 0.0, rng))
 }
 
 #[cfg(test)]

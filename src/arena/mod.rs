@@ -143,24 +143,13 @@ impl Opponent {
         Ok(match self {
             Opponent::Random => random_move(env, rng),
             Opponent::Perfect(memo) => match connect_four_board(env, observation) {
-                Some(board) => {
-                    let values = connect_four::exact_move_values(&board).ok_or(
-                        ArenaError::TooEarlyToSolve {
-                            empty: board.empty_cells(),
-                            limit: connect_four::PERFECT_MAX_EMPTY,
-                        },
-                    )?;
-                    search::pick_best(&values, 0.0, rng)
-                }
+                Some(board) => connect_four::perfect_move(&board, rng)?,
                 None => search::pick_best(&search::exact_move_values(env, memo), 0.0, rng),
             },
-            Opponent::AlphaBeta(depth) => {
-                let values = match connect_four_board(env, observation) {
-                    Some(board) => connect_four::alphabeta_move_values(&board, *depth),
-                    None => search::alphabeta_move_values(env, *depth),
-                };
-                search::pick_best(&values, 1e-6, rng)
-            }
+            Opponent::AlphaBeta(depth) => match connect_four_board(env, observation) {
+                Some(board) => connect_four::alphabeta_move(&board, *depth, rng),
+                None => search::pick_best(&search::alphabeta_move_values(env, *depth), 1e-6, rng),
+            },
             Opponent::Agent(agent) => {
                 agent.select_actions_in_games(&[env], &[observation], false)?[0]
             }
