@@ -3,7 +3,7 @@
 
     python3 scripts/before_after.py DIR
 
-DIR holds {conv,small}_{before,after}_{N}.json (the JSON that `cumind benchmark --out` writes,
+DIR holds {conv,small}_{before,after,nographs}_{N}.json (the JSON that `cumind benchmark --out` writes,
 round N = 1, 2, ...) and, beside each, a .mem file with the peak GPU memory in MiB that the
 script sampled. Each figure is the median over the rounds; the tables print in Markdown.
 """
@@ -37,15 +37,20 @@ def median(values):
 
 
 def inference(reports):
-    """(dtype, batch) -> (recurrent inferences/s, ms per search), medians over rounds."""
+    """(dtype, batch) -> (recurrent inferences/s, ms per search, the search's recurrent
+    inferences/s or NaN where the binary does not report them), medians over rounds."""
     cells = {}
     for report, _ in reports:
         for row in report["rows"]:
             cells.setdefault((row["dtype"], row["batch"]), []).append(
-                (row["recurrent_per_second"], row["search_ms"])
+                (
+                    row["recurrent_per_second"],
+                    row["search_ms"],
+                    row.get("search_recurrent_per_second", float("nan")),
+                )
             )
     return {
-        key: (median([v[0] for v in vals]), median([v[1] for v in vals]))
+        key: tuple(median([v[i] for v in vals]) for i in range(3))
         for key, vals in cells.items()
     }
 
@@ -73,11 +78,29 @@ def table(directory: Path, network: str, title: str) -> str:
     out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
     b, a = inference(before), inference(after)
     for key in sorted(set(b) & set(a), key=lambda k: (k[0] != "float32", k[1])):
-        (rb, sb), (ra, sa) = b[key], a[key]
+        (rb, sb, _), (ra, sa, _) = b[key], a[key]
         out.append(
             f"| {key[0]} | {key[1]:,} | {rb:,.0f} | {ra:,.0f} | {ra / rb:.2f} "
             f"| {sb:.2f} | {sa:.2f} | {sb / sa:.2f} |"
         )
+    off = inference(rounds(directory, network, "nographs"))
+    if off:
+        out.append("")
+        out.append(
+            "The search's own recurrent call (parents gathered, dynamics and prediction, "
+            "children stored, one read), the after binary without and with CUDA graphs:"
+        )
+        out.append("")
+        out.append(
+            "| dtype | batch | inf/s without graphs | with | x | ms/search without | with | x |"
+        )
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for key in sorted(set(off) & set(a), key=lambda k: (k[0] != "float32", k[1])):
+            (_, so, qo), (_, sa, qa) = off[key], a[key]
+            out.append(
+                f"| {key[0]} | {key[1]:,} | {qo:,.0f} | {qa:,.0f} | {qa / qo:.2f} "
+                f"| {so:.2f} | {sa:.2f} | {so / sa:.2f} |"
+            )
     tb, ta = training(before), training(after)
     if tb and ta:
         report = after[0][0]

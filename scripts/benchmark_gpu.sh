@@ -7,6 +7,8 @@
 #   BIN=target/release/cumind scripts/benchmark_gpu.sh
 #   BEFORE=old/cumind BIN=new/cumind scripts/benchmark_gpu.sh   # before/after, same card
 #   ROUNDS=1 CARTPOLE=0 BEFORE=... BIN=... scripts/benchmark_gpu.sh  # shorter: one round, conv only
+#   GRAPHS_OFF=1 DTYPES=bfloat16 BATCHES=1024,4096 BEFORE=... BIN=... scripts/benchmark_gpu.sh
+#       # also BIN with `--set device.cuda_graphs=false` (the search's calls op by op), bf16 only
 #
 # With BEFORE (a second `cuda` binary, an older build), the script measures both binaries in
 # turn on the same GPU (old, new, old, new) and prints one before/after table per network:
@@ -125,17 +127,29 @@ if [ -n "${BEFORE:-}" ]; then
     wait "$sampler" 2>/dev/null
     sort -n "$json.samples" | tail -n 1 | awk -v idle="$idle" '{ print $1 - idle }' > "$json.mem"
   }
-  CONV=(--config agents/connect4_gpu.json benchmark --device cuda --dtypes float32,bfloat16
-    --batch-sizes 256,1024,4096 --repetitions 5 --warmup 2)
-  SMALL=(benchmark --device cuda --dtypes float32,bfloat16 --batch-sizes 1,256,1024
+  DTYPES=${DTYPES:-float32,bfloat16}
+  CONV=(--config agents/connect4_gpu.json benchmark --device cuda --dtypes "$DTYPES"
+    --batch-sizes "${BATCHES:-256,1024,4096}" --repetitions 5 --warmup 2)
+  SMALL=(benchmark --device cuda --dtypes "$DTYPES" --batch-sizes 1,256,1024
     --repetitions 10 --warmup 3)
+  OFF=(--set device.cuda_graphs=false)
   for round in $(seq 1 "${ROUNDS:-2}"); do
     run "conv, before, round $round" "$OUT_DIR/conv_before_$round.json" "$BEFORE" "${CONV[@]}"
+    if [ "${GRAPHS_OFF:-0}" != 0 ]; then
+      run "conv, after without graphs, round $round" "$OUT_DIR/conv_nographs_$round.json" \
+        "$BIN" "${OFF[@]}" "${CONV[@]}"
+    fi
     run "conv, after, round $round" "$OUT_DIR/conv_after_$round.json" "$BIN" "${CONV[@]}"
   done
   if [ "${CARTPOLE:-1}" != 0 ]; then
-    run "CartPole, before" "$OUT_DIR/small_before_1.json" "$BEFORE" "${SMALL[@]}"
-    run "CartPole, after" "$OUT_DIR/small_after_1.json" "$BIN" "${SMALL[@]}"
+    for round in $(seq 1 "${ROUNDS:-2}"); do
+      run "CartPole, before, round $round" "$OUT_DIR/small_before_$round.json" "$BEFORE" "${SMALL[@]}"
+      if [ "${GRAPHS_OFF:-0}" != 0 ]; then
+        run "CartPole, after without graphs, round $round" \
+          "$OUT_DIR/small_nographs_$round.json" "$BIN" "${OFF[@]}" "${SMALL[@]}"
+      fi
+      run "CartPole, after, round $round" "$OUT_DIR/small_after_$round.json" "$BIN" "${SMALL[@]}"
+    done
   fi
   python3 scripts/before_after.py "$OUT_DIR" | tee "$OUT_DIR/before_after.md"
   exit 0

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::components::{self, EnvInfo};
 use crate::config::Config;
+use crate::model::Model;
 use crate::network::cost::NetworkFlops;
 use crate::network::{MuZeroNetwork, NetworkError, SearchModel};
 use crate::replay::{GameHistory, ReplayBuffer};
@@ -55,6 +56,10 @@ pub struct BenchmarkRow {
     pub initial_per_second: f64,
     /// Recurrent inference (dynamics + prediction): states per second.
     pub recurrent_per_second: f64,
+    /// The search's recurrent inference ([`SearchModel`]: the parents' latents gathered,
+    /// dynamics and prediction, the children's latents stored, one read of the logits;
+    /// replayed from a CUDA graph where `device.cuda_graphs` allows): states per second.
+    pub search_recurrent_per_second: f64,
     /// A whole search (initial inference + `simulations` recurrent steps), median ms.
     pub search_ms: f64,
     /// Simulations per second: batch x simulations / search time.
@@ -226,6 +231,11 @@ fn random_replay(
     Ok(replay)
 }
 
+/// A search's or search model's error as a benchmark's network error.
+fn model_error(err: impl std::fmt::Display) -> NetworkError {
+    NetworkError::Candle(candle_core::Error::Msg(err.to_string()))
+}
+
 /// Run the benchmark for the network and search of `config` on `device`.
 pub fn measure(config: &Config, plan: &BenchmarkPlan) -> Result<BenchmarkReport, BenchmarkError> {
     if plan.devices.is_empty() {
@@ -266,11 +276,25 @@ pub fn measure(config: &Config, plan: &BenchmarkPlan) -> Result<BenchmarkReport,
                 r.flatten_all()?.to_vec1::<f32>()?;
                 Ok(())
             })?;
+            let graphs = config.device.cuda_graphs;
+            let search_recurrent = {
+                let mut model = SearchModel::new(&network).with_cuda_graphs(graphs);
+                model
+                    .initial_inference(&observations, batch, 2)
+                    .map_err(model_error)?;
+                let parents = vec![0; batch];
+                time(device, plan.warmup, plan.repetitions, || {
+                    model
+                        .recurrent_inference(&parents, &actions, 1)
+                        .map_err(model_error)?;
+                    Ok(())
+                })?
+            };
             let masks = vec![true; batch * env.num_actions];
             let mut searcher = Searcher::new();
             let mut search_rng = StdRng::seed_from_u64(1);
             let search_time = time(device, plan.warmup.min(3), plan.repetitions, || {
-                let mut model = SearchModel::new(&network);
+                let mut model = SearchModel::new(&network).with_cuda_graphs(graphs);
                 searcher
                     .run(
                         &mut model,
@@ -283,7 +307,7 @@ pub fn measure(config: &Config, plan: &BenchmarkPlan) -> Result<BenchmarkReport,
                         },
                         &mut search_rng,
                     )
-                    .map_err(|e| NetworkError::Candle(candle_core::Error::Msg(e.to_string())))?;
+                    .map_err(model_error)?;
                 Ok(())
             })?;
             rows.push(BenchmarkRow {
@@ -291,6 +315,7 @@ pub fn measure(config: &Config, plan: &BenchmarkPlan) -> Result<BenchmarkReport,
                 batch,
                 initial_per_second: batch as f64 / initial,
                 recurrent_per_second: batch as f64 / recurrent,
+                search_recurrent_per_second: batch as f64 / search_recurrent,
                 search_ms: search_time * 1e3,
                 simulations_per_second: (batch * search.num_simulations) as f64 / search_time,
                 recurrent_gflops: batch as f64 * flops.recurrent() / recurrent / 1e9,
@@ -374,16 +399,17 @@ impl BenchmarkReport {
             self.threads
         );
         out.push_str(
-            "| dtype | batch | initial inf/s | recurrent inf/s | ms/search | simulations/s | recurrent GFLOP/s |\n",
+            "| dtype | batch | initial inf/s | recurrent inf/s | the search's recurrent inf/s | ms/search | simulations/s | recurrent GFLOP/s |\n",
         );
-        out.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
+        out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
         for r in &self.rows {
             out.push_str(&format!(
-                "| {} | {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.1}{} |\n",
+                "| {} | {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} | {:.1}{} |\n",
                 r.dtype,
                 r.batch,
                 r.initial_per_second,
                 r.recurrent_per_second,
+                r.search_recurrent_per_second,
                 r.search_ms,
                 r.simulations_per_second,
                 r.recurrent_gflops,

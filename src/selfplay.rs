@@ -100,6 +100,9 @@ pub struct Actor {
     segment_padding: usize,
     /// Per environment: cut segments still collecting their padding.
     padding_segments: Vec<Vec<GameHistory>>,
+    /// Searches replay their recurrent inference from a CUDA graph (see
+    /// [`Actor::with_cuda_graphs`]).
+    cuda_graphs: bool,
 }
 
 impl Actor {
@@ -133,6 +136,7 @@ impl Actor {
             opening_plies: 0,
             opening_left: vec![0; num_envs],
             segment_padding: 0,
+            cuda_graphs: false,
             padding_segments: vec![Vec::new(); num_envs],
         })
     }
@@ -144,6 +148,14 @@ impl Actor {
     /// not sampled ([`GameHistory::padding`]). 0 (the default) hands segments over at the cut.
     pub fn with_segment_padding(mut self, transitions: usize) -> Self {
         self.segment_padding = transitions;
+        self
+    }
+
+    /// On a CUDA device, replay each search's recurrent inference from a captured CUDA graph
+    /// ([`SearchModel::with_cuda_graphs`]): only for an actor on the thread that alone drives
+    /// the device (not for the threads of an [`ActorPool`], which share its stream).
+    pub fn with_cuda_graphs(mut self, enabled: bool) -> Self {
+        self.cuda_graphs = enabled;
         self
     }
 
@@ -207,7 +219,10 @@ impl Actor {
             add_noise: true,
         };
         let searched = search_games(
-            &mut Interruptible::new(SearchModel::new(network), stop),
+            &mut Interruptible::new(
+                SearchModel::new(network).with_cuda_graphs(self.cuda_graphs),
+                stop,
+            ),
             search,
             &games,
             &input,

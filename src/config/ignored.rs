@@ -44,6 +44,7 @@ pub const BENCHMARK_READS: &[&str] = &[
     "memory.per_epsilon",
     "device.device_type",
     "device.fused_kernels",
+    "device.cuda_graphs",
     "other.seed",
     "other.num_threads",
 ];

@@ -340,6 +340,11 @@ pub struct DataTypesConfig {
     pub target_dtype: TargetDtype,
 }
 
+/// `true`, for keys that files written before the key existed leave out.
+fn default_true() -> bool {
+    true
+}
+
 /// "Device".
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -352,6 +357,12 @@ pub struct DeviceConfig {
     /// for f32 compute on the CPU and CUDA; false runs candle's elementary ops instead (slower,
     /// the same numbers to float rounding): a fallback should a kernel misbehave on a new GPU.
     pub fused_kernels: bool,
+    /// On CUDA, each search's recurrent inference after its first two calls replays one
+    /// captured CUDA graph instead of launching its ops one by one (the same numbers, less
+    /// host work per call). Used where one thread drives the device: `cumind benchmark`, and
+    /// self-play without actor threads. No effect on the CPU.
+    #[serde(default = "default_true")]
+    pub cuda_graphs: bool,
 }
 
 /// "Other".

@@ -6,6 +6,8 @@
 
 pub mod conv;
 pub mod cost;
+#[cfg(feature = "cuda")]
+pub mod cuda_graph;
 pub mod fused;
 #[cfg(feature = "cuda")]
 mod fused_cuda;

@@ -65,6 +65,11 @@ pub struct SearchModel<'a> {
     capacity: usize,
     /// A fork: one half of a split search, so its host calls do not split again.
     forked: bool,
+    /// Capture the recurrent inference as a CUDA graph on a CUDA device (see
+    /// [`Self::with_cuda_graphs`]).
+    cuda_graphs: bool,
+    #[cfg(feature = "cuda")]
+    graph: Option<super::cuda_graph::RecurrentGraph>,
 }
 
 impl<'a> SearchModel<'a> {
@@ -88,7 +93,38 @@ impl<'a> SearchModel<'a> {
             batch: 0,
             capacity: 0,
             forked: false,
+            cuda_graphs: false,
+            #[cfg(feature = "cuda")]
+            graph: None,
         }
+    }
+
+    /// On a CUDA device, run each recurrent inference after the first two as one replayed
+    /// CUDA graph ([`super::cuda_graph`]): the same numbers, without the host work of each op.
+    /// Only where this thread alone uses the device's stream while the search runs (a capture
+    /// would take in other threads' work on it). No effect elsewhere, nor for networks with a
+    /// value prefix.
+    pub fn with_cuda_graphs(mut self, enabled: bool) -> Self {
+        self.cuda_graphs = enabled;
+        self
+    }
+
+    /// Why this search's CUDA graph could not be captured, if it could not.
+    pub fn cuda_graph_fallback(&self) -> Option<String> {
+        #[cfg(feature = "cuda")]
+        if let Some(graph) = &self.graph {
+            return graph.fallback_reason().map(str::to_string);
+        }
+        None
+    }
+
+    /// Whether the latest recurrent inference was a replay of a captured CUDA graph.
+    pub fn replays_cuda_graph(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        if let Some(graph) = &self.graph {
+            return graph.replays();
+        }
+        false
     }
 
     /// [`Model::recurrent_inference`] on the host.
@@ -165,11 +201,8 @@ impl<'a> SearchModel<'a> {
         value: &Tensor,
         reward: Option<&Tensor>,
     ) -> Result<Prediction, ModelError> {
-        let spec = self.network.spec();
-        let a = spec.num_actions;
-        let v = spec.value_support.size();
         let r = if reward.is_some() {
-            spec.reward_support.size()
+            self.network.spec().reward_support.size()
         } else {
             0
         };
@@ -178,6 +211,21 @@ impl<'a> SearchModel<'a> {
         let all = Tensor::cat(&parts, 1)
             .and_then(|t| crate::op_count::read_f32(&t))
             .map_err(backend)?;
+        Ok(self.split_outputs(&all, r))
+    }
+
+    /// [`Self::split_outputs`] of a call with rewards.
+    #[cfg(feature = "cuda")]
+    fn parse_outputs(&self, all: &[f32]) -> Prediction {
+        self.split_outputs(all, self.network.spec().reward_support.size())
+    }
+
+    /// Policy logits, values and rewards from the rows `[A + V + R]` of one call's read (`r`
+    /// reward logits a row, 0 for an initial inference).
+    fn split_outputs(&self, all: &[f32], r: usize) -> Prediction {
+        let spec = self.network.spec();
+        let a = spec.num_actions;
+        let v = spec.value_support.size();
         let width = a + v + r;
         let batch = all.len() / width.max(1);
         let mut policy_logits = Vec::with_capacity(batch * a);
@@ -192,11 +240,11 @@ impl<'a> SearchModel<'a> {
                 0.0
             });
         }
-        Ok(Prediction {
+        Prediction {
             policy_logits,
             values,
             rewards,
-        })
+        }
     }
 }
 
@@ -272,6 +320,14 @@ impl Model for SearchModel<'_> {
         } else {
             None
         };
+        #[cfg(feature = "cuda")]
+        {
+            self.graph = if self.cuda_graphs && self.prefix.is_none() {
+                super::cuda_graph::RecurrentGraph::new(&network, &buffer, batch)?
+            } else {
+                None
+            };
+        }
         self.latents = Some(buffer);
         self.frozen = Some(network);
         self.batch = batch;
@@ -299,6 +355,12 @@ impl Model for SearchModel<'_> {
                 actions.len(),
                 self.capacity
             )));
+        }
+        #[cfg(feature = "cuda")]
+        if let Some(graph) = self.graph.as_mut() {
+            let network = self.frozen.as_ref().unwrap_or(self.network);
+            let all = graph.run(network, buffer, parents, actions, new_node)?;
+            return Ok(self.parse_outputs(&all));
         }
         let rows: Vec<u32> = parents
             .iter()

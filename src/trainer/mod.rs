@@ -399,7 +399,8 @@ impl<'a> TrainingRun<'a> {
                     config.self_play.game_segment_length,
                 )?
                 .with_random_opening(config.self_play.random_opening_plies)
-                .with_segment_padding(components::segment_padding(config)),
+                .with_segment_padding(components::segment_padding(config))
+                .with_cuda_graphs(config.device.cuda_graphs),
             ))
         } else {
             Source::Threads(ActorPool::spawn(
