@@ -130,7 +130,7 @@ impl CustomOp3 for Pointwise {
         &self,
         x: &Tensor,
         filters: &Tensor,
-        _bias: &Tensor,
+        bias: &Tensor,
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
@@ -185,12 +185,7 @@ impl CustomOp3 for Pointwise {
             (dx, partials)
         };
         let (dfilters, dbias) = sum_in_order(&partials, o * c, o);
-        let device = x.device();
-        Ok((
-            Some(Tensor::from_vec(dx, x.shape(), device)?),
-            Some(Tensor::from_vec(dfilters, filters.shape(), device)?),
-            Some(Tensor::from_vec(dbias, o, device)?),
-        ))
+        gradients_like((dx, x), (dfilters, filters), (dbias, bias))
     }
 }
 
@@ -434,7 +429,7 @@ impl CustomOp3 for HostConv {
         &self,
         x: &Tensor,
         filters: &Tensor,
-        _bias: &Tensor,
+        bias: &Tensor,
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
@@ -450,13 +445,24 @@ impl CustomOp3 for HostConv {
                 &cpu_values(&gs, gl)?,
             )?
         };
-        let device = x.device();
-        Ok((
-            Some(Tensor::from_vec(dx, x.shape(), device)?),
-            Some(Tensor::from_vec(dfilters, filters.shape(), device)?),
-            Some(Tensor::from_vec(dbias, filters.dim(0)?, device)?),
-        ))
+        gradients_like((dx, x), (dfilters, filters), (dbias, bias))
     }
+}
+
+/// The three gradients (computed in f32) as tensors shaped and typed like the inputs they
+/// belong to: an op's backward must hand each input a gradient of its own dtype (a bf16
+/// filter that got an f32 gradient broke the sum with its other uses' gradients).
+fn gradients_like(
+    dx: (Vec<f32>, &Tensor),
+    dfilters: (Vec<f32>, &Tensor),
+    dbias: (Vec<f32>, &Tensor),
+) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    let like = |(values, input): (Vec<f32>, &Tensor)| -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(
+            Tensor::from_vec(values, input.shape(), input.device())?.to_dtype(input.dtype())?,
+        ))
+    };
+    Ok((like(dx)?, like(dfilters)?, like(dbias)?))
 }
 
 thread_local! {
@@ -613,6 +619,48 @@ mod tests {
             let ours = conv_and_gradients_of(shape, 1, seed, |x, w, b| conv1x1(x, w, b).unwrap());
             let theirs = conv_and_gradients_of(shape, 1, seed, candle_conv);
             assert_all_close(&ours, &theirs, (1e-5, 1e-3), &format!("{shape:?}"));
+        }
+    }
+
+    /// Filters and bias in bf16 (a bf16 training step casts its weights once; the CPU
+    /// convolves in f32): each gradient comes back in its input's dtype, equal to the all-f32
+    /// gradients to bf16 rounding, for the 3x3 and the 1x1 ops.
+    #[test]
+    fn gradients_come_back_in_each_inputs_dtype() {
+        use candle_core::{DType, Var};
+        for k in [3, 1] {
+            let x = Var::from_tensor(&uniform(&[3, 4, 6, 7], 1.0, 21)).unwrap();
+            let weight = uniform(&[5, 4, k, k], 0.5, 22);
+            let bias = uniform(&[5], 0.5, 23);
+            let run = |dtype: DType| {
+                let w = Var::from_tensor(&weight.to_dtype(dtype).unwrap()).unwrap();
+                let b = Var::from_tensor(&bias.to_dtype(dtype).unwrap()).unwrap();
+                let y = if k == 1 {
+                    conv1x1(x.as_tensor(), w.as_tensor(), b.as_tensor())
+                } else {
+                    conv2d(x.as_tensor(), w.as_tensor(), b.as_tensor())
+                }
+                .unwrap();
+                let grads = y.sqr().unwrap().sum_all().unwrap().backward().unwrap();
+                [x.as_tensor(), w.as_tensor(), b.as_tensor()].map(|t| grads.get(t).unwrap().clone())
+            };
+            let (wide, narrow) = (run(DType::F32), run(DType::BF16));
+            for (name, (f, h), dtype) in [
+                ("input", (&wide[0], &narrow[0]), DType::F32),
+                ("filters", (&wide[1], &narrow[1]), DType::BF16),
+                ("bias", (&wide[2], &narrow[2]), DType::BF16),
+            ] {
+                assert_eq!(h.dtype(), dtype, "k = {k}: the {name}'s gradient");
+                let f = values(f);
+                let h = values(h);
+                let scale = f.iter().fold(0f32, |m, v| m.max(v.abs()));
+                for (a, b) in f.iter().zip(&h) {
+                    assert!(
+                        (a - b).abs() <= 0.02 * scale,
+                        "k = {k}: the {name}'s gradient {b} against {a} in f32"
+                    );
+                }
+            }
         }
     }
 
