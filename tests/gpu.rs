@@ -501,12 +501,18 @@ fn the_min_max_scale_kernel_matches_the_written_out_ops() {
 /// The conv network's inference in bf16 on CUDA (the staged convolution, the norms fused with
 /// their ReLU and residual add, the fused min-max scaling) against the CPU in f32: the latents
 /// and every head after the representation and after a dynamics step, on Connect Four's board.
-#[test]
-#[ignore = "needs an NVIDIA GPU"]
-fn conv_inference_in_bf16_matches_the_cpu() {
+/// A conv network on the Connect Four board with 32 channels and 2 residual blocks.
+fn connect_four_conv_spec() -> cumind::network::NetworkSpec {
     let mut spec = tiny_spec(vec![3, 6, 7], 7);
     spec.conv_channels = 32;
     spec.num_blocks = 2;
+    spec
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn conv_inference_in_bf16_matches_the_cpu() {
+    let spec = connect_four_conv_spec();
     let cpu_net = MuZeroNetwork::new(spec.clone(), 21, &Device::Cpu, DType::F32).unwrap();
     let tensors = cpu_net.params().to_tensors().unwrap();
     let gpu_net = MuZeroNetwork::from_tensors(spec, tensors, &gpu(0), DType::BF16).unwrap();
@@ -631,9 +637,7 @@ fn the_row_gather_matches_index_select() {
 fn recurrent_inference_from_a_cuda_graph_matches_op_by_op() {
     use cumind::model::Model;
     use cumind::network::SearchModel;
-    let mut conv = tiny_spec(vec![3, 6, 7], 7);
-    conv.conv_channels = 32;
-    conv.num_blocks = 2;
+    let conv = connect_four_conv_spec();
     // As `cumind` opens one GPU: without cudarc's event tracking, which a capture cannot
     // take in (each op would wait on events recorded before it).
     let device = gpu(0);

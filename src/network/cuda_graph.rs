@@ -58,7 +58,6 @@ enum Stage {
 /// The captured recurrent inference of one search (see the module's text).
 pub struct RecurrentGraph {
     batch: usize,
-    num_actions: usize,
     /// `u32 [2 * B]`: the parents' rows of the latent buffer, then the actions.
     inputs: Tensor,
     /// `u32 [1, A]`: 0..A, against which the actions are compared for the one-hot.
@@ -100,7 +99,6 @@ impl RecurrentGraph {
         let ids: Vec<u32> = (0..a as u32).collect();
         Ok(Some(Self {
             batch,
-            num_actions: a,
             inputs: Tensor::zeros(2 * batch, DType::U32, device)?,
             action_ids: Tensor::from_vec(ids, (1, a), device)?,
             next: Tensor::zeros(latent, buffer.dtype(), device)?,
@@ -135,19 +133,12 @@ impl RecurrentGraph {
         new_node: usize,
     ) -> Result<Vec<f32>, NetworkError> {
         let b = self.batch;
-        let mut host = Vec::with_capacity(2 * b);
-        host.extend(parents.iter().enumerate().map(|(i, &p)| (p * b + i) as u32));
+        let mut host = super::search_model::parent_rows(parents, b);
         for &action in actions {
-            if action >= self.num_actions {
-                return Err(NetworkError::ActionOutOfRange {
-                    action,
-                    num_actions: self.num_actions,
-                });
-            }
-            host.push(action as u32);
+            host.push(network.checked_action(action)? as u32);
         }
         self.upload(&host)?;
-        match std::mem::replace(&mut self.stage, Stage::Cold) {
+        match &self.stage {
             Stage::Cold => {
                 let cuda = buffer.device().as_cuda_device()?;
                 let _cache = cuda.enable_cuda_graph_htod_cache();
@@ -171,14 +162,8 @@ impl RecurrentGraph {
                     self.body(network, buffer)?;
                 }
             },
-            Stage::Replay(graph) => {
-                graph.0.launch().map_err(driver)?;
-                self.stage = Stage::Replay(graph);
-            }
-            Stage::Eager(reason) => {
-                self.stage = Stage::Eager(reason);
-                self.body(network, buffer)?;
-            }
+            Stage::Replay(graph) => graph.0.launch().map_err(driver)?,
+            Stage::Eager(_) => self.body(network, buffer)?,
         }
         buffer.slice_set(&self.next, 0, new_node * b)?;
         Ok(crate::op_count::read_f32(&self.outputs)?)

@@ -331,18 +331,24 @@ impl MuZeroNetwork {
         Ok(Tensor::from_slice(&scaled, shape, self.device())?.to_dtype(self.dtype)?)
     }
 
+    /// `action` if this network has it, else [`NetworkError::ActionOutOfRange`].
+    pub fn checked_action(&self, action: usize) -> Result<usize, NetworkError> {
+        if action < self.spec.num_actions {
+            Ok(action)
+        } else {
+            Err(NetworkError::ActionOutOfRange {
+                action,
+                num_actions: self.spec.num_actions,
+            })
+        }
+    }
+
     /// One-hot actions in the compute dtype, `[B, A]`.
     pub fn action_tensor(&self, actions: &[usize]) -> Result<Tensor, NetworkError> {
         let a = self.spec.num_actions;
         let mut one_hot = vec![0f32; actions.len() * a];
         for (i, &action) in actions.iter().enumerate() {
-            if action >= a {
-                return Err(NetworkError::ActionOutOfRange {
-                    action,
-                    num_actions: a,
-                });
-            }
-            one_hot[i * a + action] = 1.0;
+            one_hot[i * a + self.checked_action(action)?] = 1.0;
         }
         Ok(Tensor::from_vec(one_hot, (actions.len(), a), self.device())?.to_dtype(self.dtype)?)
     }

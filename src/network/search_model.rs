@@ -214,12 +214,6 @@ impl<'a> SearchModel<'a> {
         Ok(self.split_outputs(&all, r))
     }
 
-    /// [`Self::split_outputs`] of a call with rewards.
-    #[cfg(feature = "cuda")]
-    fn parse_outputs(&self, all: &[f32]) -> Prediction {
-        self.split_outputs(all, self.network.spec().reward_support.size())
-    }
-
     /// Policy logits, values and rewards from the rows `[A + V + R]` of one call's read (`r`
     /// reward logits a row, 0 for an initial inference).
     fn split_outputs(&self, all: &[f32], r: usize) -> Prediction {
@@ -246,6 +240,15 @@ impl<'a> SearchModel<'a> {
             rewards,
         }
     }
+}
+
+/// The buffer rows of `parents` (node-major: row `parent * batch + i` for tree `i`).
+pub(super) fn parent_rows(parents: &[usize], batch: usize) -> Vec<u32> {
+    parents
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| (p * batch + i) as u32)
+        .collect()
 }
 
 impl Model for SearchModel<'_> {
@@ -360,13 +363,10 @@ impl Model for SearchModel<'_> {
         if let Some(graph) = self.graph.as_mut() {
             let network = self.frozen.as_ref().unwrap_or(self.network);
             let all = graph.run(network, buffer, parents, actions, new_node)?;
-            return Ok(self.parse_outputs(&all));
+            let rewards = self.network.spec().reward_support.size();
+            return Ok(self.split_outputs(&all, rewards));
         }
-        let rows: Vec<u32> = parents
-            .iter()
-            .enumerate()
-            .map(|(i, &p)| (p * b + i) as u32)
-            .collect();
+        let rows = parent_rows(parents, b);
         let index = Tensor::from_vec(rows, b, buffer.device()).map_err(backend)?;
         let parent_latents = super::fused::gather_rows(buffer, &index).map_err(backend)?;
         let network = self.frozen.as_ref().unwrap_or(self.network);
