@@ -100,7 +100,8 @@ impl<'a> SearchModel<'a> {
     }
 
     /// On a CUDA device, run each recurrent inference after the first two as one replayed
-    /// CUDA graph ([`super::cuda_graph`]): the same numbers, without the host work of each op.
+    /// CUDA graph (`network::cuda_graph`, built with the `cuda` feature): the same numbers,
+    /// without the host work of each op.
     /// Only where this thread alone uses the device's stream while the search runs (a capture
     /// would take in other threads' work on it). No effect elsewhere, nor for networks with a
     /// value prefix.
