@@ -498,9 +498,6 @@ fn the_min_max_scale_kernel_matches_the_written_out_ops() {
     }
 }
 
-/// The conv network's inference in bf16 on CUDA (the staged convolution, the norms fused with
-/// their ReLU and residual add, the fused min-max scaling) against the CPU in f32: the latents
-/// and every head after the representation and after a dynamics step, on Connect Four's board.
 /// A conv network on the Connect Four board with 32 channels and 2 residual blocks.
 fn connect_four_conv_spec() -> cumind::network::NetworkSpec {
     let mut spec = tiny_spec(vec![3, 6, 7], 7);
@@ -509,6 +506,9 @@ fn connect_four_conv_spec() -> cumind::network::NetworkSpec {
     spec
 }
 
+/// The conv network's inference in bf16 on CUDA (the staged convolution, the norms fused with
+/// their ReLU and residual add, the fused min-max scaling) against the CPU in f32: the latents
+/// and every head after the representation and after a dynamics step, on Connect Four's board.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn conv_inference_in_bf16_matches_the_cpu() {
