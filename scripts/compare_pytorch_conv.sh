@@ -4,7 +4,10 @@
 # plane norm and loss), then `cumind benchmark` on the Connect Four preset with the conv ResNet
 # of CONV_CHANNELS channels and CONV_BLOCKS blocks (default 32 and 2), training batch 256 with
 # K = 5 and inference batch 256, both limited to THREADS threads (default: every core), the two
-# in turn ROUNDS times (default 3). Prints the machine's load before and after, each round's
+# in turn ROUNDS times (default 3). CuMind's step takes its value targets as stored
+# (`self_play.value_target = "root"`): PyTorch's step has no target-network pass, and neither
+# has Connect Four's own training, whose n-step return (td_steps 42) reaches the end of every
+# game, while the benchmark's replay of 500-step random games would add one to every step. Prints the machine's load before and after, each round's
 # figures and ratio, and the median ratio (above 1, CuMind is faster).
 #
 #   scripts/compare_pytorch_conv.sh         # results in benchmarks/pytorch-conv-<time>/ or $OUT_DIR
@@ -44,6 +47,7 @@ for round in $(seq 1 "$ROUNDS"); do
     --set network_architecture.conv_channels="$CHANNELS" \
     --set network_architecture.num_blocks="$BLOCKS" \
     --set training.batch_size=256 --set self_play.num_unroll_steps=5 \
+    --set self_play.value_target=root \
     benchmark --dtypes float32 --batch-sizes 256 --repetitions "$REPETITIONS" \
     --out "$OUT_DIR/cumind-$round.json" | tee "$OUT_DIR/cumind-$round.md"
 done

@@ -487,6 +487,7 @@ mod tests {
             (true, 0, 4, 5, 3),
             (true, 1, 16, 16, 4),
             (false, 1, 32, 32, 5),
+            (true, 1, 39, 32, 6),
         ] {
             let mut pb = ParamBuilder::random(seed, &candle_core::Device::Cpu);
             let trunk = ConvTrunk::new(&mut pb, "trunk", input, channels, blocks).unwrap();

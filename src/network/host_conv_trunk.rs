@@ -8,12 +8,14 @@
 //! overhead was over half the time (docs/benchmarks.md). Here a batch is split into chunks of
 //! whole samples, and each chunk goes through every layer on one thread, channels-last
 //! (`[positions, channels]`, so a convolution's product is already the next layer's input):
-//! unfold the 3 x 3 neighbourhoods into patch rows, multiply by the filters with `gemm` into
-//! rows that start as the bias, normalise each sample, add the residual and apply the ReLU in
-//! place. The backward pass walks the layers back from the activations the forward pass kept
-//! (recomputing the patches), and adds the chunks' parameter gradients in chunk order, so the
-//! result does not depend on the number of threads. It equals the layer-by-layer trunk to float
-//! rounding, forward and every gradient (tested).
+//! convolve with [`direct_conv`]'s kernel where the CPU and the channel count allow it (else
+//! unfold the 3 x 3 neighbourhoods into patch rows and multiply them by the filters with
+//! `gemm`), starting from the bias, normalise each sample, add the residual and apply the ReLU
+//! in place. The backward pass walks the layers back from the activations the forward pass
+//! kept: the input's gradient by the direct kernel with the flipped filters (or a product and
+//! a fold), the filters' from the recomputed patches with `gemm`; and it adds the chunks'
+//! parameter gradients in chunk order, so the result does not depend on the number of threads.
+//! It equals the layer-by-layer trunk to float rounding, forward and every gradient (tested).
 //!
 //! The op takes the input `[B, C, H, W]` and the trunk's parameters packed into one vector (a
 //! candle custom op takes at most three tensors; the packing is a `cat`, whose backward hands
@@ -24,6 +26,7 @@ use std::sync::Mutex;
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Storage, Tensor};
 use rayon::prelude::*;
 
+use super::direct_conv::{self, DirectShape};
 use super::fused::{dot, fusable, host_paths, narrowed, standardize_row, sum, widened};
 use super::host_conv::{filters_to_rows, rows_to_filters, with_scratch};
 use super::host_mlp::gemm_strided;
@@ -97,6 +100,18 @@ impl TrunkShape {
         (0..self.layers()).map(|l| self.layer_params(l)).sum()
     }
 
+    /// The direct kernel's shape for `n` boards of this trunk, `c` channels in and `o` out.
+    fn direct(&self, n: usize, c: usize, o: usize) -> DirectShape {
+        DirectShape {
+            n,
+            h: self.h,
+            w: self.w,
+            c,
+            k: self.kernel,
+            o,
+        }
+    }
+
     fn samples_per_chunk(&self) -> usize {
         (CHUNK_ROWS / self.positions().max(1)).max(1)
     }
@@ -141,12 +156,15 @@ pub fn forward(x: &Tensor, shape: TrunkShape, params: &[&Tensor]) -> candle_core
 }
 
 /// Layer `l`'s parameters, sliced from the packed vector, filters turned to patch-row order
-/// (`[channels, k, k, in]`, matching [`unfold`]).
+/// (`[channels, k, k, in]`, matching [`unfold`]), and, where the direct kernel runs, the taps
+/// of the layer's convolution and of its input's gradient ([`direct_conv`]).
 struct LayerParams {
     filters: Vec<f32>,
     bias: Vec<f32>,
     gamma: Vec<f32>,
     beta: Vec<f32>,
+    taps: Option<Vec<f32>>,
+    adjoint_taps: Option<Vec<f32>>,
 }
 
 fn unpack(shape: &TrunkShape, packed: &[f32]) -> Vec<LayerParams> {
@@ -159,15 +177,22 @@ fn unpack(shape: &TrunkShape, packed: &[f32]) -> Vec<LayerParams> {
     (0..shape.layers())
         .map(|l| {
             let c = shape.layer_input(l);
-            let filters = filters_to_rows(take(shape.filter_len(l)), c, shape.kernel);
-            let bias = take(shape.channels).to_vec();
-            let gamma = take(shape.channels).to_vec();
-            let beta = take(shape.channels).to_vec();
+            let (o, k) = (shape.channels, shape.kernel);
+            let filters = filters_to_rows(take(shape.filter_len(l)), c, k);
+            let bias = take(o).to_vec();
+            let gamma = take(o).to_vec();
+            let beta = take(o).to_vec();
+            let taps =
+                direct_conv::supported(o).then(|| direct_conv::taps_from_rows(&filters, o, c, k));
+            let adjoint_taps = direct_conv::supported(direct_conv::padded_channels(c))
+                .then(|| direct_conv::adjoint_taps_from_rows(&filters, o, c, k));
             LayerParams {
                 filters,
                 bias,
                 gamma,
                 beta,
+                taps,
+                adjoint_taps,
             }
         })
         .collect()
@@ -313,20 +338,27 @@ fn layer_forward(
     let o = shape.channels;
     let row_len = shape.kernel * shape.kernel * c;
     let rows = out.len() / o;
-    let cols = &mut cols[..rows * row_len];
-    unfold(input, c, shape, cols);
-    for row in out.chunks_exact_mut(o) {
-        row.copy_from_slice(&params.bias);
+    if let Some(taps) = &params.taps {
+        let direct = shape.direct(rows / shape.positions(), c, o);
+        let padded = &mut cols[..direct.padded_len()];
+        direct_conv::pad(&direct, input, padded);
+        direct_conv::conv(&direct, padded, taps, Some(&params.bias), out);
+    } else {
+        let cols = &mut cols[..rows * row_len];
+        unfold(input, c, shape, cols);
+        for row in out.chunks_exact_mut(o) {
+            row.copy_from_slice(&params.bias);
+        }
+        gemm_strided(
+            rows,
+            o,
+            row_len,
+            (cols, row_len, 1),
+            (&params.filters, 1, row_len),
+            out,
+            true,
+        );
     }
-    gemm_strided(
-        rows,
-        o,
-        row_len,
-        (cols, row_len, 1),
-        (&params.filters, 1, row_len),
-        out,
-        true,
-    );
     let per_sample = shape.positions() * o;
     let (mut kept_xhat, mut kept_rstd) = match keep {
         Some((x, r)) => (Some(x), Some(r)),
@@ -522,20 +554,39 @@ impl HostTrunk {
                 if l == 0 && dx.is_none() {
                     break;
                 }
-                // The input's gradient: g x filters, folded back onto the board.
-                let dcols = &mut dcols[..rows * row_len];
-                gemm_strided(
-                    rows,
-                    row_len,
-                    o,
-                    (&g, o, 1),
-                    (&params.filters, row_len, 1),
-                    dcols,
-                    false,
-                );
                 let mut g_in = recycled::take(rows * c);
-                g_in.fill(0.0);
-                fold(dcols, c, shape, &mut g_in);
+                if let Some(adjoint) = &params.adjoint_taps {
+                    // The input's gradient: g convolved with the flipped filters, into
+                    // rows of the input's channels rounded up to the kernel's width.
+                    let cp = direct_conv::padded_channels(c);
+                    let direct = shape.direct(n, o, cp);
+                    let padded = &mut dcols[..direct.padded_len()];
+                    direct_conv::pad(&direct, &g, padded);
+                    if cp == c {
+                        direct_conv::conv(&direct, padded, adjoint, None, &mut g_in);
+                    } else {
+                        let mut wide = recycled::take(rows * cp);
+                        direct_conv::conv(&direct, padded, adjoint, None, &mut wide);
+                        for (d, w) in g_in.chunks_exact_mut(c).zip(wide.chunks_exact(cp)) {
+                            d.copy_from_slice(&w[..c]);
+                        }
+                        recycled::give(wide);
+                    }
+                } else {
+                    // The input's gradient: g x filters, folded back onto the board.
+                    let dcols = &mut dcols[..rows * row_len];
+                    gemm_strided(
+                        rows,
+                        row_len,
+                        o,
+                        (&g, o, 1),
+                        (&params.filters, row_len, 1),
+                        dcols,
+                        false,
+                    );
+                    g_in.fill(0.0);
+                    fold(dcols, c, shape, &mut g_in);
+                }
                 if shape.closes_block(l + 1) {
                     if let Some(r) = pending_residual.take() {
                         for (d, v) in g_in.iter_mut().zip(&r) {

@@ -8,6 +8,7 @@ pub mod conv;
 pub mod cost;
 #[cfg(feature = "cuda")]
 pub mod cuda_graph;
+mod direct_conv;
 pub mod fused;
 #[cfg(feature = "cuda")]
 mod fused_cuda;
