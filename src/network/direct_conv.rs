@@ -157,6 +157,23 @@ pub(super) fn conv(
     }
 }
 
+/// Adds to `grad_taps` (`[k, k, C, O]`, the taps' layout) the gradient of the filters of
+/// [`conv`] over the bordered input `padded`, given the output's gradient `g` (`[n, H, W,
+/// O]`). The caller checks [`supported`] for `O`.
+pub(super) fn filter_gradient(s: &DirectShape, padded: &[f32], g: &[f32], grad_taps: &mut [f32]) {
+    assert!(supported(s.o), "direct conv: {} output channels here", s.o);
+    assert!(s.k % 2 == 1, "direct conv: an even kernel");
+    assert!(padded.len() >= s.padded_len());
+    assert!(g.len() >= s.n * s.h * s.w * s.o);
+    assert_eq!(grad_taps.len(), s.k * s.k * s.c * s.o);
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: AVX-512 is present (`supported`), and every pointer the kernels form stays
+    // within the buffers whose lengths are asserted above.
+    unsafe {
+        x86::filter_gradient(s, padded, g, grad_taps, max_block(s.o / 16));
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
@@ -219,23 +236,115 @@ mod x86 {
         dst: *mut f32,
     }
 
-    macro_rules! dispatch_table {
-        ($nb:expr, $v:expr, $args:expr; $($v_lit:literal => [$($n:literal)*]),*) => {
+    /// Calls `$kernel::<NB, V>($args)` for the run-time `NB` and `V`, over the instances
+    /// whose accumulators fit the registers ([`super::max_block`]).
+    macro_rules! dispatch {
+        ($kernel:ident, $nb:expr, $v:expr, $args:expr) => {
+            dispatch!(@table $kernel, $nb, $v, $args;
+                1 => [1 2 3 4 5 6 7 8 9 10 11 12],
+                2 => [1 2 3 4 5 6 7 8 9 10 11 12],
+                3 => [1 2 3 4 5 6 7 8],
+                4 => [1 2 3 4 5 6])
+        };
+        (@table $kernel:ident, $nb:expr, $v:expr, $args:expr;
+            $($v_lit:literal => [$($n:literal)*]),*) => {
             match ($v, $nb) {
-                $($( ($v_lit, $n) => block::<$n, $v_lit>($args), )*)*
-                (v, nb) => unreachable!("direct conv: no kernel for {nb} positions of {v} vectors"),
+                $($( ($v_lit, $n) => $kernel::<$n, $v_lit>($args), )*)*
+                (v, nb) => unreachable!("direct conv: no kernel for {nb} rows of {v} vectors"),
             }
         };
     }
 
     /// Runs the kernel instance for `nb` positions and `v` vectors of 16 output channels.
     unsafe fn dispatch(nb: usize, v: usize, args: &Block) {
-        dispatch_table!(nb, v, args;
-            1 => [1 2 3 4 5 6 7 8 9 10 11 12],
-            2 => [1 2 3 4 5 6 7 8 9 10 11 12],
-            3 => [1 2 3 4 5 6 7 8],
-            4 => [1 2 3 4 5 6]
-        )
+        dispatch!(block, nb, v, args)
+    }
+
+    /// The filters' gradient of every tap, in blocks of at most `max_cb` input channels of
+    /// even size.
+    ///
+    /// # Safety
+    /// AVX-512F must be present; the buffers must hold the lengths [`super::filter_gradient`]
+    /// asserts.
+    pub(super) unsafe fn filter_gradient(
+        s: &DirectShape,
+        padded: &[f32],
+        g: &[f32],
+        grad_taps: &mut [f32],
+        max_cb: usize,
+    ) {
+        let p = s.k / 2;
+        let (pw, ph) = (s.w + 2 * p, s.h + 2 * p);
+        let blocks = s.c.div_ceil(max_cb);
+        let (base, extra) = (s.c / blocks, s.c % blocks);
+        for ky in 0..s.k {
+            for kx in 0..s.k {
+                let tap = ky * s.k + kx;
+                let mut c0 = 0;
+                for blk in 0..blocks {
+                    let cb = base + usize::from(blk < extra);
+                    let args = TapBlock {
+                        src: padded.as_ptr().add((ky * pw + kx) * s.c + c0),
+                        g: g.as_ptr(),
+                        n: s.n,
+                        h: s.h,
+                        w: s.w,
+                        c: s.c,
+                        row_stride: pw * s.c,
+                        board_stride: ph * pw * s.c,
+                        dst: grad_taps.as_mut_ptr().add((tap * s.c + c0) * s.o),
+                    };
+                    dispatch!(tap_block, cb, s.o / 16, &args);
+                    c0 += cb;
+                }
+            }
+        }
+    }
+
+    /// One tap's input channels `c0..c0 + CB` against every output channel.
+    struct TapBlock {
+        /// The bordered input at the tap's offset and channel `c0`.
+        src: *const f32,
+        g: *const f32,
+        n: usize,
+        h: usize,
+        w: usize,
+        c: usize,
+        row_stride: usize,
+        board_stride: usize,
+        dst: *mut f32,
+    }
+
+    /// Adds to `CB` rows of the tap's gradient (`[CB, 16 V]`) the sum over every position of
+    /// the input's cell under the tap times the output's gradient.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn tap_block<const CB: usize, const V: usize>(a: &TapBlock) {
+        let o = 16 * V;
+        let mut acc = [[_mm512_setzero_ps(); V]; CB];
+        for b in 0..a.n {
+            for y in 0..a.h {
+                let src = a.src.add(b * a.board_stride + y * a.row_stride);
+                let g = a.g.add((b * a.h + y) * a.w * o);
+                for x in 0..a.w {
+                    let mut gv = [_mm512_setzero_ps(); V];
+                    for (v, r) in gv.iter_mut().enumerate() {
+                        *r = _mm512_loadu_ps(g.add(x * o + 16 * v));
+                    }
+                    for (cc, row) in acc.iter_mut().enumerate() {
+                        let xv = _mm512_set1_ps(*src.add(x * a.c + cc));
+                        for (r, gr) in row.iter_mut().zip(&gv) {
+                            *r = _mm512_fmadd_ps(xv, *gr, *r);
+                        }
+                    }
+                }
+            }
+        }
+        for (cc, row) in acc.iter().enumerate() {
+            for (v, r) in row.iter().enumerate() {
+                let at = a.dst.add(cc * o + 16 * v);
+                _mm512_storeu_ps(at, _mm512_add_ps(_mm512_loadu_ps(at), *r));
+            }
+        }
     }
 
     /// `NB` neighbouring positions of one row, `16 V` output channels, in registers.
@@ -418,6 +527,52 @@ mod tests {
             assert!(dx_padded
                 .chunks_exact(cp)
                 .all(|r| r[c..].iter().all(|&v| v == 0.0)));
+        }
+    }
+
+    /// The filters' gradient: each tap's input cell times the output's gradient, summed over
+    /// the positions, against the written-out sum (added to what the buffer held).
+    #[test]
+    fn the_filter_gradient_equals_the_written_out_one() {
+        if !supported(16) {
+            eprintln!("skipped: this CPU has no AVX-512, so the direct kernel never runs here");
+            return;
+        }
+        for (n, h, w, c, k, o) in SHAPES {
+            let s = DirectShape { n, h, w, c, k, o };
+            let x = values(n * h * w * c, 6);
+            let g = values(n * h * w * o, 7);
+            let start = values(k * k * c * o, 8);
+            let mut padded = vec![f32::NAN; s.padded_len()];
+            pad(&s, &x, &mut padded);
+            let mut got = start.clone();
+            filter_gradient(&s, &padded, &g, &mut got);
+            let p = k / 2;
+            let mut want: Vec<f64> = start.iter().map(|&v| f64::from(v)).collect();
+            for b in 0..n {
+                for y in 0..h {
+                    for xx in 0..w {
+                        for ky in 0..k {
+                            for kx in 0..k {
+                                let (sy, sx) =
+                                    ((y + ky).wrapping_sub(p), (xx + kx).wrapping_sub(p));
+                                if sy >= h || sx >= w {
+                                    continue;
+                                }
+                                for ci in 0..c {
+                                    let xv = f64::from(x[((b * h + sy) * w + sx) * c + ci]);
+                                    for oi in 0..o {
+                                        let gv = f64::from(g[((b * h + y) * w + xx) * o + oi]);
+                                        want[((ky * k + kx) * c + ci) * o + oi] += xv * gv;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            let want: Vec<f32> = want.iter().map(|&v| v as f32).collect();
+            assert_near(&got, &want, &format!("filter gradient {s:?}"));
         }
     }
 

@@ -12,10 +12,10 @@
 //! unfold the 3 x 3 neighbourhoods into patch rows and multiply them by the filters with
 //! `gemm`), starting from the bias, normalise each sample, add the residual and apply the ReLU
 //! in place. The backward pass walks the layers back from the activations the forward pass
-//! kept: the input's gradient by the direct kernel with the flipped filters (or a product and
-//! a fold), the filters' from the recomputed patches with `gemm`; and it adds the chunks'
-//! parameter gradients in chunk order, so the result does not depend on the number of threads.
-//! It equals the layer-by-layer trunk to float rounding, forward and every gradient (tested).
+//! kept: the input's gradient by the direct kernel with the flipped filters and the filters'
+//! by the same kernel's tap sums (or products with `gemm` of the recomputed patches, and a
+//! fold); and it adds the chunks' parameter gradients in chunk order, so the result does not
+//! depend on the number of threads. It equals the layer-by-layer trunk to float rounding, forward and every gradient (tested).
 //!
 //! The op takes the input `[B, C, H, W]` and the trunk's parameters packed into one vector (a
 //! candle custom op takes at most three tensors; the packing is a `cat`, whose backward hands
@@ -540,17 +540,31 @@ impl HostTrunk {
                     }
                 }
                 // Filter gradients [O, k k C] = g^T x patches.
-                let cols = &mut cols[..rows * row_len];
-                unfold(&saved.acts[l], c, shape, cols);
-                gemm_strided(
-                    o,
-                    row_len,
-                    rows,
-                    (&g, 1, o),
-                    (cols, row_len, 1),
-                    dfilters,
-                    true,
-                );
+                if params.taps.is_some() {
+                    let direct = shape.direct(n, c, o);
+                    let padded = &mut cols[..direct.padded_len()];
+                    direct_conv::pad(&direct, &saved.acts[l], padded);
+                    let mut taps = vec![0f32; row_len * o];
+                    direct_conv::filter_gradient(&direct, padded, &g, &mut taps);
+                    // From the taps' [k k C, O] to the rows' [O, k k C].
+                    for (p, tap) in taps.chunks_exact(o).enumerate() {
+                        for (oi, v) in tap.iter().enumerate() {
+                            dfilters[oi * row_len + p] += v;
+                        }
+                    }
+                } else {
+                    let cols = &mut cols[..rows * row_len];
+                    unfold(&saved.acts[l], c, shape, cols);
+                    gemm_strided(
+                        o,
+                        row_len,
+                        rows,
+                        (&g, 1, o),
+                        (cols, row_len, 1),
+                        dfilters,
+                        true,
+                    );
+                }
                 if l == 0 && dx.is_none() {
                     break;
                 }
