@@ -8,7 +8,7 @@
 //! overhead was over half the time (docs/benchmarks.md). Here a batch is split into chunks of
 //! whole samples, and each chunk goes through every layer on one thread, channels-last
 //! (`[positions, channels]`, so a convolution's product is already the next layer's input):
-//! convolve with [`direct_conv`]'s kernel where the CPU and the channel count allow it (else
+//! convolve with `direct_conv`'s kernel where the CPU and the channel count allow it (else
 //! unfold the 3 x 3 neighbourhoods into patch rows and multiply them by the filters with
 //! `gemm`), starting from the bias, normalise each sample, add the residual and apply the ReLU
 //! in place. The backward pass walks the layers back from the activations the forward pass
