@@ -7,8 +7,9 @@
 # in turn ROUNDS times (default 3). CuMind's step takes its value targets as stored
 # (`self_play.value_target = "root"`): PyTorch's step has no target-network pass, and neither
 # has Connect Four's own training, whose n-step return (td_steps 42) reaches the end of every
-# game, while the benchmark's replay of 500-step random games would add one to every step. Prints the machine's load before and after, each round's
-# figures and ratio, and the median ratio (above 1, CuMind is faster).
+# game, while the benchmark's replay of 500-step random games would add one to every step.
+# Prints the machine's load before and after, each round's figures and ratio, and the median
+# ratio (above 1, CuMind is faster).
 #
 #   scripts/compare_pytorch_conv.sh         # results in benchmarks/pytorch-conv-<time>/ or $OUT_DIR
 #

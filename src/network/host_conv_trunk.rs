@@ -157,7 +157,8 @@ pub fn forward(x: &Tensor, shape: TrunkShape, params: &[&Tensor]) -> candle_core
 
 /// Layer `l`'s parameters, sliced from the packed vector, filters turned to patch-row order
 /// (`[channels, k, k, in]`, matching [`unfold`]), and, where the direct kernel runs, the taps
-/// of the layer's convolution and of its input's gradient ([`direct_conv`]).
+/// the pass needs: the convolution's in the forward pass, its input gradient's in the
+/// backward pass (`direct_conv`).
 struct LayerParams {
     filters: Vec<f32>,
     bias: Vec<f32>,
@@ -167,7 +168,14 @@ struct LayerParams {
     adjoint_taps: Option<Vec<f32>>,
 }
 
-fn unpack(shape: &TrunkShape, packed: &[f32]) -> Vec<LayerParams> {
+/// Which pass the unpacked parameters serve: each needs its own taps of the direct kernel.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    Forward,
+    Backward,
+}
+
+fn unpack(shape: &TrunkShape, packed: &[f32], pass: Pass) -> Vec<LayerParams> {
     let mut at = 0;
     let mut take = |n: usize| {
         let s = &packed[at..at + n];
@@ -182,10 +190,11 @@ fn unpack(shape: &TrunkShape, packed: &[f32]) -> Vec<LayerParams> {
             let bias = take(o).to_vec();
             let gamma = take(o).to_vec();
             let beta = take(o).to_vec();
-            let taps =
-                direct_conv::supported(o).then(|| direct_conv::taps_from_rows(&filters, o, c, k));
-            let adjoint_taps = direct_conv::supported(direct_conv::padded_channels(c))
-                .then(|| direct_conv::adjoint_taps_from_rows(&filters, o, c, k));
+            let taps = (pass == Pass::Forward && direct_conv::supported(o))
+                .then(|| direct_conv::taps_from_rows(&filters, o, c, k));
+            let adjoint_taps = (pass == Pass::Backward
+                && direct_conv::supported(direct_conv::padded_channels(c)))
+            .then(|| direct_conv::adjoint_taps_from_rows(&filters, o, c, k));
             LayerParams {
                 filters,
                 bias,
@@ -540,7 +549,7 @@ impl HostTrunk {
                     }
                 }
                 // Filter gradients [O, k k C] = g^T x patches.
-                if params.taps.is_some() {
+                if direct_conv::supported(o) {
                     let direct = shape.direct(n, c, o);
                     let padded = &mut cols[..direct.padded_len()];
                     direct_conv::pad(&direct, &saved.acts[l], padded);
@@ -644,7 +653,7 @@ impl CustomOp2 for HostTrunk {
             );
         }
         let b = x.len() / board;
-        let layers = unpack(shape, &packed);
+        let layers = unpack(shape, &packed, Pass::Forward);
         let per_chunk = shape.samples_per_chunk();
         let out_board = shape.channels * hw;
         let mut out = vec![0f32; b * out_board];
@@ -685,7 +694,7 @@ impl CustomOp2 for HostTrunk {
         let Storage::Cpu(pcpu) = &*ps else {
             candle_core::bail!("host conv trunk: parameters off the CPU");
         };
-        let layers = unpack(shape, &widened(pcpu, pl)?);
+        let layers = unpack(shape, &widened(pcpu, pl)?, Pass::Backward);
         let hw = shape.positions();
         let per_chunk = shape.samples_per_chunk();
         let (board, out_board) = (shape.input * hw, shape.channels * hw);
