@@ -387,35 +387,43 @@ mod x86 {
 mod tests {
     use super::*;
 
-    /// The convolution written out: `x` `[n, H, W, C]`, filter rows `[O, k, k, C]`.
-    fn reference(s: &DirectShape, x: &[f32], rows: &[f32], bias: &[f32]) -> Vec<f32> {
+    /// Calls `f(input cell, output cell, tap, input channel, output channel)` for every
+    /// product the convolution of `s` makes: the cells as board positions over all `n` boards
+    /// (`(b * H + y) * W + x`), the tap as `ky * k + kx`, cells off the board left out.
+    fn for_each_product(s: &DirectShape, mut f: impl FnMut(usize, usize, usize, usize, usize)) {
         let p = s.k / 2;
-        let mut out = vec![0f32; s.n * s.h * s.w * s.o];
         for b in 0..s.n {
             for y in 0..s.h {
                 for xx in 0..s.w {
-                    for o in 0..s.o {
-                        let mut acc = f64::from(bias[o]);
-                        for ky in 0..s.k {
-                            for kx in 0..s.k {
-                                let (sy, sx) =
-                                    ((y + ky).wrapping_sub(p), (xx + kx).wrapping_sub(p));
-                                if sy >= s.h || sx >= s.w {
-                                    continue;
-                                }
-                                for c in 0..s.c {
-                                    let xv = x[((b * s.h + sy) * s.w + sx) * s.c + c];
-                                    let wv = rows[o * s.k * s.k * s.c + (ky * s.k + kx) * s.c + c];
-                                    acc += f64::from(xv) * f64::from(wv);
+                    for ky in 0..s.k {
+                        for kx in 0..s.k {
+                            let (sy, sx) = ((y + ky).wrapping_sub(p), (xx + kx).wrapping_sub(p));
+                            if sy >= s.h || sx >= s.w {
+                                continue;
+                            }
+                            let (cell, out) = ((b * s.h + sy) * s.w + sx, (b * s.h + y) * s.w + xx);
+                            for c in 0..s.c {
+                                for o in 0..s.o {
+                                    f(cell, out, ky * s.k + kx, c, o);
                                 }
                             }
                         }
-                        out[((b * s.h + y) * s.w + xx) * s.o + o] = acc as f32;
                     }
                 }
             }
         }
-        out
+    }
+
+    /// The convolution written out: `x` `[n, H, W, C]`, filter rows `[O, k, k, C]`.
+    fn reference(s: &DirectShape, x: &[f32], rows: &[f32], bias: &[f32]) -> Vec<f32> {
+        let mut out: Vec<f64> = (0..s.n * s.h * s.w)
+            .flat_map(|_| bias.iter().map(|&v| f64::from(v)))
+            .collect();
+        for_each_product(s, |cell, at, tap, c, o| {
+            let wv = rows[(o * s.k * s.k + tap) * s.c + c];
+            out[at * s.o + o] += f64::from(x[cell * s.c + c]) * f64::from(wv);
+        });
+        out.iter().map(|&v| v as f32).collect()
     }
 
     fn values(len: usize, seed: usize) -> Vec<f32> {
@@ -492,31 +500,11 @@ mod tests {
             let dx_padded = direct(&adjoint, &g, &adjoint_taps_from_rows(&rows, o, c, k), None);
             // The written-out gradient: each output's gradient times its filter, added onto
             // the input cells the filter read.
-            let p = k / 2;
             let mut want = vec![0f64; n * h * w * c];
-            for b in 0..n {
-                for y in 0..h {
-                    for xx in 0..w {
-                        for oi in 0..o {
-                            let gv = f64::from(g[((b * h + y) * w + xx) * o + oi]);
-                            for ky in 0..k {
-                                for kx in 0..k {
-                                    let (sy, sx) =
-                                        ((y + ky).wrapping_sub(p), (xx + kx).wrapping_sub(p));
-                                    if sy >= h || sx >= w {
-                                        continue;
-                                    }
-                                    for ci in 0..c {
-                                        let wv = rows[oi * k * k * c + (ky * k + kx) * c + ci];
-                                        want[((b * h + sy) * w + sx) * c + ci] +=
-                                            gv * f64::from(wv);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
+            for_each_product(&s, |cell, at, tap, ci, oi| {
+                let wv = rows[(oi * k * k + tap) * c + ci];
+                want[cell * c + ci] += f64::from(g[at * o + oi]) * f64::from(wv);
+            });
             let got: Vec<f32> = dx_padded
                 .chunks_exact(cp)
                 .flat_map(|r| r[..c].to_vec())
@@ -547,30 +535,11 @@ mod tests {
             pad(&s, &x, &mut padded);
             let mut got = start.clone();
             filter_gradient(&s, &padded, &g, &mut got);
-            let p = k / 2;
             let mut want: Vec<f64> = start.iter().map(|&v| f64::from(v)).collect();
-            for b in 0..n {
-                for y in 0..h {
-                    for xx in 0..w {
-                        for ky in 0..k {
-                            for kx in 0..k {
-                                let (sy, sx) =
-                                    ((y + ky).wrapping_sub(p), (xx + kx).wrapping_sub(p));
-                                if sy >= h || sx >= w {
-                                    continue;
-                                }
-                                for ci in 0..c {
-                                    let xv = f64::from(x[((b * h + sy) * w + sx) * c + ci]);
-                                    for oi in 0..o {
-                                        let gv = f64::from(g[((b * h + y) * w + xx) * o + oi]);
-                                        want[((ky * k + kx) * c + ci) * o + oi] += xv * gv;
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
+            for_each_product(&s, |cell, at, tap, ci, oi| {
+                let (xv, gv) = (x[cell * c + ci], g[at * o + oi]);
+                want[(tap * c + ci) * o + oi] += f64::from(xv) * f64::from(gv);
+            });
             let want: Vec<f32> = want.iter().map(|&v| v as f32).collect();
             assert_near(&got, &want, &format!("filter gradient {s:?}"));
         }
