@@ -73,14 +73,16 @@ def table(directory: Path, network: str, title: str) -> str:
     out.append(f"Rounds: {len(before)} before, {len(after)} after (medians over them).")
     out.append("")
     out.append(
-        "| dtype | batch | recurrent inf/s before | after | x | ms/search before | after | x |"
+        "| dtype | batch | recurrent inf/s before | after | x "
+        "| search's call inf/s before | after | x | ms/search before | after | x |"
     )
-    out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     b, a = inference(before), inference(after)
     for key in sorted(set(b) & set(a), key=lambda k: (k[0] != "float32", k[1])):
-        (rb, sb, _), (ra, sa, _) = b[key], a[key]
+        (rb, sb, qb), (ra, sa, qa) = b[key], a[key]
         out.append(
             f"| {key[0]} | {key[1]:,} | {rb:,.0f} | {ra:,.0f} | {ra / rb:.2f} "
+            f"| {qb:,.0f} | {qa:,.0f} | {qa / qb:.2f} "
             f"| {sb:.2f} | {sa:.2f} | {sb / sa:.2f} |"
         )
     off = inference(rounds(directory, network, "nographs"))

@@ -9,6 +9,8 @@
 #   ROUNDS=1 CARTPOLE=0 BEFORE=... BIN=... scripts/benchmark_gpu.sh  # shorter: one round, conv only
 #   GRAPHS_OFF=1 DTYPES=bfloat16 BATCHES=1024,4096 BEFORE=... BIN=... scripts/benchmark_gpu.sh
 #       # also BIN with `--set device.cuda_graphs=false` (the search's calls op by op), bf16 only
+#   CONNECT4=0 TRAINING=0 DTYPES=bfloat16 BEFORE=... BIN=... scripts/benchmark_gpu.sh
+#       # CartPole's network only, inference and search only (no training rows)
 #
 # With BEFORE (a second `cuda` binary, an older build), the script measures both binaries in
 # turn on the same GPU (old, new, old, new) and prints one before/after table per network:
@@ -132,8 +134,13 @@ if [ -n "${BEFORE:-}" ]; then
     --batch-sizes "${BATCHES:-256,1024,4096}" --repetitions 5 --warmup 2)
   SMALL=(benchmark --device cuda --dtypes "$DTYPES" --batch-sizes 1,256,1024
     --repetitions 10 --warmup 3)
+  if [ "${TRAINING:-1}" = 0 ]; then
+    CONV+=(--no-training)
+    SMALL+=(--no-training)
+  fi
   OFF=(--set device.cuda_graphs=false)
   for round in $(seq 1 "${ROUNDS:-2}"); do
+    [ "${CONNECT4:-1}" = 0 ] && break
     run "conv, before, round $round" "$OUT_DIR/conv_before_$round.json" "$BEFORE" "${CONV[@]}"
     if [ "${GRAPHS_OFF:-0}" != 0 ]; then
       run "conv, after without graphs, round $round" "$OUT_DIR/conv_nographs_$round.json" \

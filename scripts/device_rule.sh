@@ -6,6 +6,8 @@
 # with `--device auto`. The table goes to $OUT_DIR/device_rule.md.
 #
 #   BIN=target/release/cumind scripts/device_rule.sh     # a `cuda` build, on a GPU host
+#   CASES="cartpole mlp256" BIN=... scripts/device_rule.sh  # some of the networks only
+#       (cartpole, mlp256, mlp512, conv; the eval part always runs)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,12 +57,22 @@ case_of() {
   done
 }
 
-case_of cartpole 50 "1 16 256 1024 4096"
-case_of mlp256 50 "1 16 256 1024" --set network_architecture.hidden_dim=256 \
-  --set network_architecture.latent_dim=128 --set network_architecture.num_blocks=1
-case_of mlp512 50 "1 16 256 1024" --set network_architecture.hidden_dim=512 \
-  --set network_architecture.latent_dim=256 --set network_architecture.num_blocks=2
-case_of conv 10 "1 16 64" --config agents/connect4_gpu.json
+CASES=" ${CASES:-cartpole mlp256 mlp512 conv} "
+wanted() { [[ "$CASES" == *" $1 "* ]]; }
+if wanted cartpole; then
+  case_of cartpole 50 "1 16 256 1024 4096"
+fi
+if wanted mlp256; then
+  case_of mlp256 50 "1 16 256 1024" --set network_architecture.hidden_dim=256 \
+    --set network_architecture.latent_dim=128 --set network_architecture.num_blocks=1
+fi
+if wanted mlp512; then
+  case_of mlp512 50 "1 16 256 1024" --set network_architecture.hidden_dim=512 \
+    --set network_architecture.latent_dim=256 --set network_architecture.num_blocks=2
+fi
+if wanted conv; then
+  case_of conv 10 "1 16 64" --config agents/connect4_gpu.json
+fi
 
 # cumind eval of a short CartPole run, on the CPU, the GPU and auto (20 episodes at once).
 RUN="$OUT_DIR/runs"

@@ -692,3 +692,82 @@ fn recurrent_inference_from_a_cuda_graph_matches_op_by_op() {
         }
     }
 }
+
+/// The MLP's search calls as one CUDA kernel each (`network::cuda_mlp`) against the host MLP on
+/// the CPU on the same weights: the initial inference, then seven recurrent ones whose parents
+/// are earlier calls' children (so the latents the kernel stored are read back). f32 and bf16
+/// networks (the kernels compute in f32 either way); CartPole's default sizes (64 hidden, wider
+/// than a warp; a value support of 41) and a network with two residual blocks, odd widths,
+/// scaled observations and a reward support without MuZero's transform; batches of 1, 37 and
+/// 300 (one tree a warp, then four, the last warp part full). The values and rewards are
+/// decoded on the device, so this checks the decoding too.
+/// An action out of range is an error, not a read past the weights.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_one_kernel_mlp_calls_match_the_host_mlp() {
+    use cumind::model::{Model, Prediction};
+    use cumind::network::{NetworkSpec, SearchModel};
+    use cumind::support::{Support, Transform};
+    let device = gpu(0);
+    let cartpole = NetworkSpec {
+        hidden_dim: 64,
+        latent_dim: 32,
+        num_blocks: 0,
+        value_support: Support::symmetric(20),
+        reward_support: Support::symmetric(3),
+        ..tiny_spec(vec![4], 2)
+    };
+    let odd = NetworkSpec {
+        hidden_dim: 45,
+        latent_dim: 7,
+        num_blocks: 2,
+        observation_scale: vec![0.5, 2.0, 1.0, 3.0, 0.25],
+        reward_support: Support::symmetric(2).with_transform(Transform::None),
+        ..tiny_spec(vec![5], 3)
+    };
+    for spec in [cartpole, odd] {
+        let cpu = MuZeroNetwork::new(spec.clone(), 9, &Device::Cpu, DType::F32).unwrap();
+        for dtype in [DType::F32, DType::BF16] {
+            let tensors = cpu.params().to_tensors().unwrap();
+            let net = MuZeroNetwork::from_tensors(spec.clone(), tensors, &device, dtype).unwrap();
+            for batch in [1, 37, 300] {
+                let a = spec.num_actions;
+                let observations: Vec<f32> = (0..batch * spec.obs_len())
+                    .map(|i| ((i * 7919) % 23) as f32 / 11.0 - 1.0)
+                    .collect();
+                let run = |model: &mut SearchModel| -> Vec<Prediction> {
+                    let mut out = vec![model.initial_inference(&observations, batch, 9).unwrap()];
+                    for node in 1..8 {
+                        let parents: Vec<usize> = (0..batch).map(|i| (i + node) % node).collect();
+                        let actions: Vec<usize> = (0..batch).map(|i| (i * 3 + node) % a).collect();
+                        out.push(model.recurrent_inference(&parents, &actions, node).unwrap());
+                    }
+                    out
+                };
+                let mut on_gpu = SearchModel::new(&net);
+                assert!(
+                    on_gpu.runs_one_kernel_per_call(),
+                    "{dtype:?}: the MLP on CUDA does not run one kernel per call"
+                );
+                let (got, want) = (run(&mut on_gpu), run(&mut SearchModel::new(&cpu)));
+                for (call, (g, w)) in got.iter().zip(&want).enumerate() {
+                    for (name, x, y) in [
+                        ("policy", &g.policy_logits, &w.policy_logits),
+                        ("value", &g.values, &w.values),
+                        ("reward", &g.rewards, &w.rewards),
+                    ] {
+                        let worst = worst_relative(x, y);
+                        assert!(
+                            worst <= 1e-4,
+                            "hidden {} {dtype:?} batch {batch} call {call} {name}: \
+                             kernel and host differ by {worst}",
+                            spec.hidden_dim
+                        );
+                    }
+                }
+                let bad = on_gpu.recurrent_inference(&vec![0; batch], &vec![a; batch], 8);
+                assert!(bad.is_err(), "action {a} of {a} was accepted");
+            }
+        }
+    }
+}

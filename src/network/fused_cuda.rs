@@ -15,13 +15,13 @@ use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result, Shape};
 use half::bf16;
 
-mod ptx {
+pub(super) mod ptx {
     /// The PTX of src/network/fused_kernels.cu, compiled by build.rs.
     pub const FUSED_KERNELS: &str = include_str!(concat!(env!("OUT_DIR"), "/fused_kernels.ptx"));
 }
 
 /// The module name the PTX is cached under on each device.
-const MODULE: &str = "cumind_fused_kernels";
+pub(super) const MODULE: &str = "cumind_fused_kernels";
 /// Threads per warp, as the kernels assume.
 const WARP: u32 = 32;
 /// Rows per block of the row kernels (one warp each).

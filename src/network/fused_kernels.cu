@@ -1141,3 +1141,351 @@ extern "C" __global__ void cumind_min_max_scale_bf16(const __nv_bfloat16 *x, __n
                                                      int rows, int d) {
     min_max_scale<__nv_bfloat16>(x, out, rows, d);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The MLP networks' search calls as one kernel each (network::cuda_mlp): the initial inference
+// (representation, then prediction) and the recurrent one (dynamics, then prediction), in f32
+// throughout. Each warp computes ROWS trees (blockDim = (32, warps)): a lane owns outputs
+// o, o + 32, ... of every layer and keeps one sum per tree in registers, so each weight it
+// loads serves ROWS trees. A tree's activations live in five buffers of `width` floats in
+// shared memory, the warp's trees side by side (tree r's buffer at r * width). The weights are
+// read from one packed f32 buffer (network::packed_mlp: every linear layer as its transposed
+// weight [in, out] then its bias, every layer norm as its scale then its shift, in the order
+// the networks run them), so the lanes of a warp read consecutive floats. The latents live in
+// a store of rows (row `node * batch + tree`); the logits go to one output row per tree,
+// policy then value then reward, and the value and reward logits are decoded to scalars there
+// too (softmax expectation over the support's atoms, then MuZero's inverse transform), so the
+// host reads policy logits, value and reward, A + 2 floats a tree, in one copy. Trees past the
+// batch (the last warp's spare rows) compute on zeros and write nothing.
+
+#define MLP_EPS 1e-5f
+// Weights each block asks the L1 cache to fetch before it starts (floats): the L1 holds them
+// beside the block's shared memory on every GPU this targets.
+#define MLP_PREFETCH (96 * 1024 / 4)
+
+// Ask the L1 cache for the n floats at p, 128-byte lines spread over the block's threads, all
+// in flight at once: the layers then read their weights from the L1 instead of waiting on the
+// L2 for each line in turn.
+__device__ __forceinline__ void mlp_prefetch(const float *p, int n) {
+    n = min(n, MLP_PREFETCH);
+    const int threads = blockDim.x * blockDim.y;
+    for (int at = (threadIdx.y * blockDim.x + threadIdx.x) * 32; at < n; at += threads * 32) {
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(p + at));
+    }
+}
+
+// The packed weights' next n floats.
+__device__ __forceinline__ const float *mlp_take(const float *&p, int n) {
+    const float *at = p;
+    p += n;
+    return at;
+}
+
+// y = x W^T + b (relu'd when asked) for the warp's ROWS trees: tree r's input at x + r * xs,
+// its output at y + r * ys (shared or global memory), written for the first `valid` trees.
+template <int ROWS>
+__device__ void mlp_linear(const float *x, int xs, int in, float *y, int ys, int out,
+                           const float *&p, bool relu, int valid) {
+    const float *wt = mlp_take(p, in * out);
+    const float *b = mlp_take(p, out);
+    for (int o = threadIdx.x; o < out; o += WARP) {
+        float acc[ROWS];
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            acc[r] = 0.0f;
+        }
+#pragma unroll 8
+        for (int i = 0; i < in; ++i) {
+            const float w = wt[(size_t)i * out + o];
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r) {
+                acc[r] = fmaf(x[r * xs + i], w, acc[r]);
+            }
+        }
+        const float bias = b[o];
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            if (r < valid) {
+                const float v = acc[r] + bias;
+                y[(size_t)r * ys + o] = relu ? fmaxf(v, 0.0f) : v;
+            }
+        }
+    }
+    __syncwarp();
+}
+
+// Layer norm of each tree's d values (at x + r * xs) in place, relu'd when asked.
+template <int ROWS>
+__device__ void mlp_norm(float *x, int xs, int d, const float *&p, bool relu) {
+    const float *gamma = mlp_take(p, d);
+    const float *beta = mlp_take(p, d);
+    for (int r = 0; r < ROWS; ++r) {
+        float *row = x + r * xs;
+        float mean, rstd;
+        row_statistics(row, d, MLP_EPS, &mean, &rstd);
+        for (int o = threadIdx.x; o < d; o += WARP) {
+            const float v = (row[o] - mean) * rstd * gamma[o] + beta[o];
+            row[o] = relu ? fmaxf(v, 0.0f) : v;
+        }
+    }
+    __syncwarp();
+}
+
+// Linear -> LayerNorm -> ReLU, then residual blocks relu(h + LN(W2 relu(LN(W1 h)))): x (in
+// values a tree) to h (hidden values), with a and b as scratch; all at stride w.
+template <int ROWS>
+__device__ void mlp_trunk(const float *x, int in, int hidden, int blocks, float *h, float *a,
+                          float *b, int w, const float *&p) {
+    mlp_linear<ROWS>(x, w, in, h, w, hidden, p, false, ROWS);
+    mlp_norm<ROWS>(h, w, hidden, p, true);
+    for (int k = 0; k < blocks; ++k) {
+        mlp_linear<ROWS>(h, w, hidden, a, w, hidden, p, false, ROWS);
+        mlp_norm<ROWS>(a, w, hidden, p, true);
+        mlp_linear<ROWS>(a, w, hidden, b, w, hidden, p, false, ROWS);
+        mlp_norm<ROWS>(b, w, hidden, p, false);
+        for (int r = 0; r < ROWS; ++r) {
+            for (int o = threadIdx.x; o < hidden; o += WARP) {
+                h[r * w + o] = fmaxf(h[r * w + o] + b[r * w + o], 0.0f);
+            }
+        }
+        __syncwarp();
+    }
+}
+
+__device__ __forceinline__ int mlp_trunk_len(int in, int hidden, int blocks) {
+    return in * hidden + 3 * hidden + blocks * (2 * hidden * hidden + 6 * hidden);
+}
+
+// Scale each tree's d values (at x + r * xs) to [0, 1] in place: (x - min) / (max - min + 1e-5).
+template <int ROWS>
+__device__ void mlp_min_max(float *x, int xs, int d) {
+    for (int r = 0; r < ROWS; ++r) {
+        float *row = x + r * xs;
+        float lo = INFINITY, hi = -INFINITY;
+        for (int o = threadIdx.x; o < d; o += WARP) {
+            lo = fminf(lo, row[o]);
+            hi = fmaxf(hi, row[o]);
+        }
+        lo = -warp_max(-lo);
+        hi = warp_max(hi);
+        const float scale = (hi - lo) + 1e-5f;
+        for (int o = threadIdx.x; o < d; o += WARP) {
+            row[o] = (row[o] - lo) / scale;
+        }
+    }
+    __syncwarp();
+}
+
+// The sizes of a packed MLP (the arguments every MLP kernel takes).
+struct MlpDims {
+    int obs, latent, actions, hidden, blocks, value, reward, width;
+    __device__ int representation_len() const {
+        return mlp_trunk_len(obs, hidden, blocks) + hidden * latent + latent;
+    }
+    __device__ int dynamics_len() const {
+        return mlp_trunk_len(latent + actions, hidden, blocks) + hidden * latent + latent +
+               hidden * hidden + hidden + hidden * reward + reward;
+    }
+    __device__ int prediction_len() const {
+        return mlp_trunk_len(latent, hidden, blocks) + hidden * actions + actions +
+               hidden * hidden + hidden + hidden * value + value;
+    }
+};
+
+// The supports the scalars are decoded from: the atom of index 0, and whether MuZero's
+// transform h applies (1) or the atoms are the values (0).
+struct MlpSupports {
+    int value_min, value_transform, reward_min, reward_transform;
+};
+
+// The scalar that n support logits (a row the whole warp reads) stand for: the softmax's
+// expected atom, min + sum_i i p_i, mapped back through h's inverse (support.rs: `h_inv`, in
+// f64 as there) when `transform` is 1.
+__device__ float mlp_decode(const float *row, int n, int min_atom, int transform) {
+    float m = -INFINITY;
+    for (int o = threadIdx.x; o < n; o += WARP) {
+        m = fmaxf(m, row[o]);
+    }
+    m = warp_max(m);
+    float total = 0.0f, moment = 0.0f;
+    for (int o = threadIdx.x; o < n; o += WARP) {
+        const float e = expf(row[o] - m);
+        total += e;
+        moment += e * (float)o;
+    }
+    total = warp_sum(total);
+    moment = warp_sum(moment);
+    const float y = (float)min_atom + moment / total;
+    if (transform == 0) {
+        return y;
+    }
+    const double yd = y, eps = (double)0.001f;
+    const double a = fabs(yd) + 1.0 + eps;
+    const double ratio = 2.0 * a / (sqrt(1.0 + 4.0 * eps * a) + 1.0);
+    return (float)(copysign(1.0, yd) * (ratio * ratio - 1.0));
+}
+
+// What the host reads of the warp's trees: policy logits, value, reward (0 without one), from
+// their logits rows (stride os) to their rows of `compact` (A + 2 floats a tree).
+template <int ROWS>
+__device__ void mlp_compact(const float *logits, int os, const MlpDims &d,
+                            const MlpSupports &s, bool reward, float *compact, int valid) {
+    const int cs = d.actions + 2;
+    for (int r = 0; r < valid; ++r) {
+        const float *row = logits + (size_t)r * os;
+        float *c = compact + (size_t)r * cs;
+        for (int o = threadIdx.x; o < d.actions; o += WARP) {
+            c[o] = row[o];
+        }
+        const float v = mlp_decode(row + d.actions, d.value, s.value_min, s.value_transform);
+        const float w = reward ? mlp_decode(row + d.actions + d.value, d.reward, s.reward_min,
+                                            s.reward_transform)
+                               : 0.0f;
+        if (threadIdx.x == 0) {
+            c[d.actions] = v;
+            c[d.actions + 1] = w;
+        }
+    }
+}
+
+// The warp's trees' rows of the latent store: z (shared, stride d.width) to rows
+// `first_row + r` of `store`, for the first `valid` trees.
+template <int ROWS>
+__device__ void mlp_store(const float *z, const MlpDims &d, float *store, size_t first_row,
+                          int valid) {
+    for (int r = 0; r < valid; ++r) {
+        float *dst = store + (first_row + r) * d.latent;
+        for (int o = threadIdx.x; o < d.latent; o += WARP) {
+            dst[o] = z[r * d.width + o];
+        }
+    }
+}
+
+// The prediction at the latents z: policy logits to out[0, A), value logits to out[A, A + V)
+// of each tree's output row (stride os).
+template <int ROWS>
+__device__ void mlp_predict(const float *z, const MlpDims &d, const float *p, float *h,
+                            float *a, float *b, float *out, int os, int valid) {
+    const int w = d.width;
+    mlp_trunk<ROWS>(z, d.latent, d.hidden, d.blocks, h, a, b, w, p);
+    mlp_linear<ROWS>(h, w, d.hidden, out, os, d.actions, p, false, valid);
+    mlp_linear<ROWS>(h, w, d.hidden, a, w, d.hidden, p, true, ROWS);
+    mlp_linear<ROWS>(a, w, d.hidden, out + d.actions, os, d.value, p, false, valid);
+}
+
+// This warp's first tree, how many of its ROWS trees are in the batch (0: none), and its five
+// buffers of ROWS * width floats.
+template <int ROWS>
+__device__ float *mlp_buffers(const MlpDims &d, int batch, int *first, int *valid) {
+    extern __shared__ float mlp_shared[];
+    *first = (blockIdx.x * blockDim.y + threadIdx.y) * ROWS;
+    *valid = max(0, min(ROWS, batch - *first));
+    return mlp_shared + (size_t)threadIdx.y * 5 * ROWS * d.width;
+}
+
+// Initial inference of `batch` observations (rows of d.obs, already scaled): latents to rows
+// 0..batch of the store, logits to out rows of A + V.
+template <int ROWS>
+__device__ void mlp_initial(const float *__restrict__ weights, float *__restrict__ store,
+                            const float *__restrict__ observations, float *__restrict__ out,
+                            int batch, const MlpDims d, float *__restrict__ compact,
+                            const MlpSupports s) {
+    int first, valid;
+    float *x = mlp_buffers<ROWS>(d, batch, &first, &valid);
+    const float *prediction = weights + d.representation_len() + d.dynamics_len();
+    mlp_prefetch(weights, d.representation_len());
+    mlp_prefetch(prediction, min(d.prediction_len(), MLP_PREFETCH - d.representation_len()));
+    if (valid == 0) {
+        return;
+    }
+    const int w = d.width, span = ROWS * w;
+    float *h = x + span, *a = h + span, *b = a + span, *z = b + span;
+    for (int r = 0; r < ROWS; ++r) {
+        const float *src = observations + (size_t)(first + r) * d.obs;
+        for (int o = threadIdx.x; o < d.obs; o += WARP) {
+            x[r * w + o] = r < valid ? src[o] : 0.0f;
+        }
+    }
+    __syncwarp();
+    const float *p = weights;
+    mlp_trunk<ROWS>(x, d.obs, d.hidden, d.blocks, h, a, b, w, p);
+    mlp_linear<ROWS>(h, w, d.hidden, z, w, d.latent, p, false, ROWS);
+    mlp_min_max<ROWS>(z, w, d.latent);
+    mlp_store<ROWS>(z, d, store, first, valid);
+    const int os = d.actions + d.value;
+    mlp_predict<ROWS>(z, d, prediction, h, a, b, out + (size_t)first * os, os, valid);
+    mlp_compact<ROWS>(out + (size_t)first * os, os, d, s, false,
+                      compact + (size_t)first * (d.actions + 2), valid);
+}
+
+// Recurrent inference: for tree t, the child of store row inputs[t] by action
+// inputs[batch + t]; its latent to store row new_node * batch + t, its logits to out row t
+// (A + V + R: policy, value, reward).
+template <int ROWS>
+__device__ void mlp_recurrent(const float *__restrict__ weights, float *__restrict__ store,
+                              const uint32_t *__restrict__ inputs, int new_node,
+                              float *__restrict__ out, int batch, const MlpDims d,
+                              float *__restrict__ compact, const MlpSupports s) {
+    int first, valid;
+    float *x = mlp_buffers<ROWS>(d, batch, &first, &valid);
+    // The dynamics and the prediction lie side by side in the packed weights.
+    mlp_prefetch(weights + d.representation_len(), d.dynamics_len() + d.prediction_len());
+    if (valid == 0) {
+        return;
+    }
+    const int w = d.width, span = ROWS * w;
+    float *h = x + span, *a = h + span, *b = a + span, *z = b + span;
+    for (int r = 0; r < ROWS; ++r) {
+        const bool live = r < valid;
+        const float *parent = store + (size_t)(live ? inputs[first + r] : 0) * d.latent;
+        const uint32_t action = live ? inputs[batch + first + r] : 0xffffffffu;
+        for (int o = threadIdx.x; o < d.latent; o += WARP) {
+            x[r * w + o] = live ? parent[o] : 0.0f;
+        }
+        for (int o = threadIdx.x; o < d.actions; o += WARP) {
+            x[r * w + d.latent + o] = (uint32_t)o == action ? 1.0f : 0.0f;
+        }
+    }
+    __syncwarp();
+    const float *p = weights + d.representation_len();
+    mlp_trunk<ROWS>(x, d.latent + d.actions, d.hidden, d.blocks, h, a, b, w, p);
+    mlp_linear<ROWS>(h, w, d.hidden, z, w, d.latent, p, false, ROWS);
+    mlp_min_max<ROWS>(z, w, d.latent);
+    mlp_store<ROWS>(z, d, store, (size_t)new_node * batch + first, valid);
+    const int os = d.actions + d.value + d.reward;
+    float *logits = out + (size_t)first * os;
+    mlp_linear<ROWS>(h, w, d.hidden, a, w, d.hidden, p, true, ROWS);
+    mlp_linear<ROWS>(a, w, d.hidden, logits + d.actions + d.value, os, d.reward, p, false,
+                     valid);
+    mlp_predict<ROWS>(z, d, p, h, a, b, logits, os, valid);
+    mlp_compact<ROWS>(logits, os, d, s, true, compact + (size_t)first * (d.actions + 2), valid);
+}
+
+// One kernel per rows-per-warp (1, 2, 4, 8), chosen by the host from the widths.
+#define MLP_KERNELS(R)                                                                          \
+    extern "C" __global__ void cumind_mlp_initial_r##R##_f32(                                   \
+        const float *__restrict__ weights, float *__restrict__ store,                           \
+        const float *__restrict__ observations, float *__restrict__ out, int batch, int obs,   \
+        int latent, int actions, int hidden, int blocks, int value, int reward, int width,    \
+        float *__restrict__ compact, int value_min, int value_transform, int reward_min,       \
+        int reward_transform) {                                                                 \
+        mlp_initial<R>(weights, store, observations, out, batch,                               \
+                       MlpDims{obs, latent, actions, hidden, blocks, value, reward, width},    \
+                       compact,                                                                 \
+                       MlpSupports{value_min, value_transform, reward_min, reward_transform}); \
+    }                                                                                           \
+    extern "C" __global__ void cumind_mlp_recurrent_r##R##_f32(                                 \
+        const float *__restrict__ weights, float *__restrict__ store,                           \
+        const uint32_t *__restrict__ inputs, int new_node, float *__restrict__ out, int batch, \
+        int obs, int latent, int actions, int hidden, int blocks, int value, int reward,       \
+        int width, float *__restrict__ compact, int value_min, int value_transform,            \
+        int reward_min, int reward_transform) {                                                 \
+        mlp_recurrent<R>(                                                                       \
+            weights, store, inputs, new_node, out, batch,                                      \
+            MlpDims{obs, latent, actions, hidden, blocks, value, reward, width}, compact,      \
+            MlpSupports{value_min, value_transform, reward_min, reward_transform});            \
+    }
+MLP_KERNELS(1)
+MLP_KERNELS(2)
+MLP_KERNELS(4)
+MLP_KERNELS(8)

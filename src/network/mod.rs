@@ -8,6 +8,8 @@ pub mod conv;
 pub mod cost;
 #[cfg(feature = "cuda")]
 pub mod cuda_graph;
+#[cfg(feature = "cuda")]
+pub mod cuda_mlp;
 mod direct_conv;
 pub mod fused;
 #[cfg(feature = "cuda")]
@@ -17,6 +19,7 @@ pub mod host_conv_trunk;
 pub mod host_mlp;
 pub mod layers;
 pub mod mlp;
+pub mod packed_mlp;
 pub mod params;
 pub mod projection;
 mod recycled;

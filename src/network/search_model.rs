@@ -1,7 +1,10 @@
 //! The bridge between the search and a network: implements [`crate::model::Model`].
 //!
 //! MLP networks computing in f32 on the CPU run on the host ([`HostMlp`]: no tensors at all);
-//! everything else (CUDA, bf16, conv networks, or [`SearchModel::on_tensors`]) runs as follows.
+//! small MLP networks on CUDA run each call as one kernel (`network::cuda_mlp`, in a `cuda`
+//! build);
+//! everything else (conv networks, bf16 on the CPU, value prefixes, or
+//! [`SearchModel::on_tensors`]) runs as follows.
 //!
 //! Latent states stay on the network's device in one buffer of `capacity * B` rows, node-major
 //! (row `node * B + b` holds node `node` of tree `b`); the logits of a call reach the host in
@@ -54,6 +57,10 @@ pub struct SearchModel<'a> {
     network: &'a MuZeroNetwork,
     /// Run on the host ([`HostMlp`]) rather than on tensors.
     on_host: bool,
+    /// Run each call as one CUDA kernel (`network::cuda_mlp`) rather than on tensors.
+    one_kernel: bool,
+    #[cfg(feature = "cuda")]
+    cuda_mlp: Option<super::cuda_mlp::CudaMlp>,
     /// The host copy of the weights and the latents `[capacity * B, latent_dim]`, node-major.
     host: Option<(HostMlp, Vec<f32>)>,
     /// `network`'s inference copy, made by `initial_inference`.
@@ -73,10 +80,12 @@ pub struct SearchModel<'a> {
 }
 
 impl<'a> SearchModel<'a> {
-    /// On the host where [`HostMlp::supports`] the network, else on tensors.
+    /// On the host where [`HostMlp::supports`] the network, as one CUDA kernel per call for
+    /// an MLP on CUDA (`network::cuda_mlp`), else on tensors.
     pub fn new(network: &'a MuZeroNetwork) -> Self {
         Self {
             on_host: HostMlp::supports(network),
+            one_kernel: one_kernel_calls(network),
             ..Self::on_tensors(network)
         }
     }
@@ -86,6 +95,9 @@ impl<'a> SearchModel<'a> {
         Self {
             network,
             on_host: false,
+            one_kernel: false,
+            #[cfg(feature = "cuda")]
+            cuda_mlp: None,
             host: None,
             frozen: None,
             latents: None,
@@ -104,7 +116,7 @@ impl<'a> SearchModel<'a> {
     /// without the host work of each op.
     /// Only where this thread alone uses the device's stream while the search runs (a capture
     /// would take in other threads' work on it). No effect elsewhere, nor for networks with a
-    /// value prefix.
+    /// value prefix, nor for MLP networks whose calls are one kernel each already.
     pub fn with_cuda_graphs(mut self, enabled: bool) -> Self {
         self.cuda_graphs = enabled;
         self
@@ -117,6 +129,11 @@ impl<'a> SearchModel<'a> {
             return graph.fallback_reason().map(str::to_string);
         }
         None
+    }
+
+    /// Whether this search's calls run as one CUDA kernel each (`network::cuda_mlp`).
+    pub fn runs_one_kernel_per_call(&self) -> bool {
+        self.one_kernel
     }
 
     /// Whether the latest recurrent inference was a replay of a captured CUDA graph.
@@ -243,6 +260,17 @@ impl<'a> SearchModel<'a> {
     }
 }
 
+/// Whether `network`'s search calls can run as one CUDA kernel each.
+#[cfg(feature = "cuda")]
+fn one_kernel_calls(network: &MuZeroNetwork) -> bool {
+    super::cuda_mlp::CudaMlp::supports(network)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn one_kernel_calls(_: &MuZeroNetwork) -> bool {
+    false
+}
+
 /// The buffer rows of `parents` (node-major: row `parent * batch + i` for tree `i`).
 pub(super) fn parent_rows(parents: &[usize], batch: usize) -> Vec<u32> {
     parents
@@ -296,6 +324,20 @@ impl Model for SearchModel<'_> {
             self.capacity = capacity.max(1);
             return Ok(self.host_outputs(out.policy_logits, &out.value_logits, None));
         }
+        #[cfg(feature = "cuda")]
+        if self.one_kernel {
+            let observations = self.network.spec().scale_observations(observations);
+            let (model, prediction) = super::cuda_mlp::CudaMlp::initial(
+                self.network,
+                &observations,
+                batch,
+                capacity.max(1),
+            )?;
+            self.cuda_mlp = Some(model);
+            self.batch = batch;
+            self.capacity = capacity.max(1);
+            return Ok(prediction);
+        }
         let network = self.network.inference_copy()?;
         let obs = network.observation_tensor(observations)?;
         let latent = network.represent(&obs)?;
@@ -347,6 +389,13 @@ impl Model for SearchModel<'_> {
     ) -> Result<Prediction, ModelError> {
         if self.on_host {
             return self.host_recurrent(parents, actions, new_node);
+        }
+        #[cfg(feature = "cuda")]
+        if self.one_kernel {
+            let model = self.cuda_mlp.as_mut().ok_or_else(|| {
+                ModelError::Backend("recurrent_inference called before initial_inference".into())
+            })?;
+            return Ok(model.recurrent(parents, actions, new_node)?);
         }
         let buffer = self.latents.as_ref().ok_or_else(|| {
             ModelError::Backend("recurrent_inference called before initial_inference".into())
