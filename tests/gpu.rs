@@ -771,3 +771,22 @@ fn the_one_kernel_mlp_calls_match_the_host_mlp() {
         }
     }
 }
+
+/// bf16 patches on CUDA (`im2col`: the 16-byte-store kernel where a patch row is whole 8-entry
+/// chunks, one thread per row and channel otherwise) against the CPU's, entry for entry: 3x3
+/// over 64 channels (the conv ResNet's filter gradients), 1x1 over 8, 5x5 over 16, and rows that
+/// are not whole chunks (3x3 over 71 and over 3 channels).
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_bf16_patches_match_the_cpu() {
+    use cumind::network::unfold::im2col;
+    let cuda = gpu(0);
+    for (c, k) in [(64, 3), (8, 1), (16, 5), (71, 3), (3, 3)] {
+        let x = uniform(&[5, c, 6, 7], 1.0, 3)
+            .to_dtype(DType::BF16)
+            .unwrap();
+        let want = values(&im2col(&x, k).unwrap());
+        let got = values(&im2col(&x.to_device(&cuda).unwrap(), k).unwrap());
+        assert_eq!(got, want, "{c} channels, {k}x{k}");
+    }
+}

@@ -557,11 +557,21 @@ pub fn im2col(
     patches: &Patches,
     out_shape: Shape,
 ) -> Result<(CudaStorage, Shape)> {
-    let kernel = unfold_kernel("im2col", x.0.dtype(), patches.k)?;
-    // The fixed-size bf16 kernels take one thread per (patch row, channel), each writing its
+    let mut kernel = unfold_kernel("im2col", x.0.dtype(), patches.k)?;
+    // The fixed-size bf16 kernels take one thread per 8-entry chunk of a row where a row is
+    // whole chunks (16-byte stores), else one per (patch row, channel), each writing its
     // k * k entries; the others one thread per entry.
     let fixed_bf16 = matches!(patches.k, 1 | 3 | 5) && x.0.dtype() == DType::BF16;
-    let threads = out_shape.elem_count() / if fixed_bf16 { patches.k * patches.k } else { 1 };
+    let row_len = patches.c * patches.k * patches.k;
+    let per_thread = if fixed_bf16 && row_len.is_multiple_of(8) {
+        kernel.push_str("x8");
+        8
+    } else if fixed_bf16 {
+        patches.k * patches.k
+    } else {
+        1
+    };
+    let threads = out_shape.elem_count() / per_thread;
     unfold_launch(x, patches, out_shape, threads, &kernel)
 }
 

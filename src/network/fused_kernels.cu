@@ -568,6 +568,46 @@ __device__ void im2col_k(const T *src, T *cols, int c, int h, int w, size_t n) {
     }
 }
 
+// bf16 patches 8 entries (16 bytes) at a time, for rows of a multiple of 8 entries (C * K * K,
+// so 16-byte aligned rows): one thread per (patch row, 8-entry chunk), each gathering its
+// entries and writing them in one 16-byte store, so a warp writes 512 contiguous bytes. (The
+// kernel above writes each entry with its own 2-byte store, at an 18-byte stride between
+// threads for K = 3.) n is the number of chunks.
+template <int K>
+__device__ void im2col_k_x8(const __nv_bfloat16 *src, uint4 *cols, int c, int h, int w,
+                            size_t n) {
+    const int p = K / 2;
+    const int hw = h * w;
+    const int chunks = c * K * K / 8;
+    GRID_STRIDE(i, n) {
+        const int row = (int)(i / chunks);
+        const int chunk = (int)(i - (size_t)row * chunks);
+        const int b = row / hw;
+        const int pos = row - b * hw;
+        const int y = pos / w;
+        const int x = pos - y * w;
+        const int first = chunk * 8;
+        int ci = first / (K * K);
+        int r = first - ci * (K * K);
+        __align__(16) __nv_bfloat16 v[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int ky = r / K;
+            const int kx = r - ky * K;
+            const int sy = y + ky - p;
+            const int sx = x + kx - p;
+            v[j] = (sy >= 0 && sy < h && sx >= 0 && sx < w)
+                       ? src[((size_t)(b * c + ci) * h + sy) * w + sx]
+                       : __float2bfloat16(0.0f);
+            if (++r == K * K) {
+                r = 0;
+                ++ci;
+            }
+        }
+        cols[i] = *reinterpret_cast<const uint4 *>(v);
+    }
+}
+
 template <int K, typename T>
 __device__ void col2im_k(const T *cols, T *dx, int c, int h, int w, size_t n) {
     const int p = K / 2;
@@ -605,6 +645,11 @@ __device__ void col2im_k(const T *cols, T *dx, int c, int h, int w, size_t n) {
                                                          __nv_bfloat16 *cols, int c, int h,     \
                                                          int w, int k, size_t n) {              \
         im2col_k<K, __nv_bfloat16>(src, cols, c, h, w, n);                                     \
+    }                                                                                          \
+    extern "C" __global__ void cumind_im2col_k##K##_bf16x8(const __nv_bfloat16 *src,            \
+                                                           __nv_bfloat16 *cols, int c, int h,   \
+                                                           int w, int k, size_t n) {            \
+        im2col_k_x8<K>(src, reinterpret_cast<uint4 *>(cols), c, h, w, n);                      \
     }                                                                                          \
     extern "C" __global__ void cumind_col2im_k##K##_f32(const float *cols, float *dx, int c,    \
                                                         int h, int w, int k, size_t n) {        \
