@@ -790,3 +790,43 @@ fn the_bf16_patches_match_the_cpu() {
         assert_eq!(got, want, "{c} channels, {k}x{k}");
     }
 }
+
+/// A search of 256 roots with CartPole's network on CUDA, its calls one kernel each and its
+/// batch split into two halves searched side by side (each half its own model, as on the CPU),
+/// against the same search on the CPU's host MLP: every action legal, and nearly every root's
+/// value and action the same (a difference in the last bits of a call can tip a close choice).
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn a_large_one_kernel_search_matches_the_cpu() {
+    use cumind::network::NetworkSpec;
+    use cumind::support::Support;
+    let spec = NetworkSpec {
+        hidden_dim: 64,
+        latent_dim: 32,
+        num_blocks: 0,
+        value_support: Support::symmetric(20),
+        reward_support: Support::symmetric(3),
+        ..tiny_spec(vec![4], 2)
+    };
+    let cpu_net = MuZeroNetwork::new(spec, 9, &Device::Cpu, DType::F32).unwrap();
+    let gpu_net = cpu_net.deep_copy(&gpu(0)).unwrap();
+    let config = Config::default_config();
+    let mut cpu = cumind::Agent::from_network(cpu_net, config.clone());
+    let mut cuda = cumind::Agent::from_network(gpu_net, config);
+    let observations: Vec<Vec<f32>> = (0..256)
+        .map(|i| (0..4).map(|j| ((i * 4 + j) as f32 * 0.37).sin()).collect())
+        .collect();
+    let refs: Vec<&[f32]> = observations.iter().map(Vec::as_slice).collect();
+    let a = cpu.select_actions(&refs, false).unwrap();
+    let b = cuda.select_actions(&refs, false).unwrap();
+    assert!(b.iter().all(|&x| x < 2), "illegal action from CUDA: {b:?}");
+    let (va, vb) = (cpu.last_root_values(), cuda.last_root_values());
+    let close = va
+        .iter()
+        .zip(vb)
+        .filter(|(x, y)| (*x - *y).abs() <= 1e-3 * (1.0 + y.abs()))
+        .count();
+    let same = a.iter().zip(&b).filter(|(x, y)| x == y).count();
+    assert!(close >= 243, "{close} of 256 root values agree");
+    assert!(same >= 243, "{same} of 256 actions agree");
+}

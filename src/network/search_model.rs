@@ -285,10 +285,13 @@ impl Model for SearchModel<'_> {
         self.network.spec().num_actions
     }
 
-    /// On the host only: a fork whose calls run on its own thread without splitting (the
-    /// tensor path keeps one model per search, as a GPU wants one large batch).
+    /// On the host, and for one-kernel calls on CUDA: a fork whose calls run on its own thread
+    /// without splitting, so the two halves of a large batch are searched side by side (on
+    /// CUDA one half's tree work then overlaps the other's device calls, and the search splits
+    /// as it does on the CPU). The tensor path keeps one model per search, as a GPU wants one
+    /// large batch there.
     fn fork(&self) -> Option<Box<dyn Model + Send + '_>> {
-        self.on_host.then(|| {
+        (self.on_host || self.one_kernel).then(|| {
             Box::new(SearchModel {
                 forked: true,
                 ..SearchModel::new(self.network)
