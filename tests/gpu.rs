@@ -168,25 +168,39 @@ fn replicas_on_cuda_stay_identical_and_match_the_cpu() {
     assert!(worst < 1e-3, "CUDA replicas vs CPU learner: {worst}");
 }
 
+/// A search's actions and root values.
+type Searched = (Vec<usize>, Vec<f32>);
+
+/// One greedy search of `roots` observations of 4 values by agents over the same weights on
+/// the CPU and on CUDA (a copy of the CPU network): each side's actions and root values.
+fn searches_on_cpu_and_cuda(
+    spec: cumind::network::NetworkSpec,
+    config: Config,
+    roots: usize,
+) -> (Searched, Searched) {
+    let cpu_net = MuZeroNetwork::new(spec, 9, &Device::Cpu, DType::F32).unwrap();
+    let gpu_net = cpu_net.deep_copy(&gpu(0)).unwrap();
+    let observations: Vec<Vec<f32>> = (0..roots)
+        .map(|i| (0..4).map(|j| ((i * 4 + j) as f32 * 0.37).sin()).collect())
+        .collect();
+    let refs: Vec<&[f32]> = observations.iter().map(Vec::as_slice).collect();
+    let search = |net| {
+        let mut agent = cumind::Agent::from_network(net, config.clone());
+        let actions = agent.select_actions(&refs, false).unwrap();
+        (actions, agent.last_root_values().to_vec())
+    };
+    (search(cpu_net), search(gpu_net))
+}
+
 /// A search on a CUDA network: legal actions, and root values equal to the CPU's.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn search_on_cuda_matches_the_cpu() {
     let mut config = Config::default_config();
     config.mcts.num_simulations = 16;
-    let spec = tiny_spec(vec![4], 2);
-    let cpu_net = MuZeroNetwork::new(spec, 9, &Device::Cpu, DType::F32).unwrap();
-    let gpu_net = cpu_net.deep_copy(&gpu(0)).unwrap();
-    let mut cpu = cumind::Agent::from_network(cpu_net, config.clone());
-    let mut cuda = cumind::Agent::from_network(gpu_net, config);
-    let observations: Vec<Vec<f32>> = (0..8)
-        .map(|i| (0..4).map(|j| ((i * 4 + j) as f32 * 0.37).sin()).collect())
-        .collect();
-    let refs: Vec<&[f32]> = observations.iter().map(Vec::as_slice).collect();
-    let a = cpu.select_actions(&refs, false).unwrap();
-    let b = cuda.select_actions(&refs, false).unwrap();
+    let ((a, va), (b, vb)) = searches_on_cpu_and_cuda(tiny_spec(vec![4], 2), config, 8);
     assert!(b.iter().all(|&x| x < 2), "illegal action from CUDA: {b:?}");
-    let worst = worst_relative(cuda.last_root_values(), cpu.last_root_values());
+    let worst = worst_relative(&vb, &va);
     assert!(worst < 1e-3, "root values cpu vs cuda differ by {worst}");
     let same = a.iter().zip(&b).filter(|(x, y)| x == y).count();
     assert!(same >= 7, "actions cpu {a:?} vs cuda {b:?}");
@@ -808,22 +822,11 @@ fn a_large_one_kernel_search_matches_the_cpu() {
         reward_support: Support::symmetric(3),
         ..tiny_spec(vec![4], 2)
     };
-    let cpu_net = MuZeroNetwork::new(spec, 9, &Device::Cpu, DType::F32).unwrap();
-    let gpu_net = cpu_net.deep_copy(&gpu(0)).unwrap();
-    let config = Config::default_config();
-    let mut cpu = cumind::Agent::from_network(cpu_net, config.clone());
-    let mut cuda = cumind::Agent::from_network(gpu_net, config);
-    let observations: Vec<Vec<f32>> = (0..256)
-        .map(|i| (0..4).map(|j| ((i * 4 + j) as f32 * 0.37).sin()).collect())
-        .collect();
-    let refs: Vec<&[f32]> = observations.iter().map(Vec::as_slice).collect();
-    let a = cpu.select_actions(&refs, false).unwrap();
-    let b = cuda.select_actions(&refs, false).unwrap();
+    let ((a, va), (b, vb)) = searches_on_cpu_and_cuda(spec, Config::default_config(), 256);
     assert!(b.iter().all(|&x| x < 2), "illegal action from CUDA: {b:?}");
-    let (va, vb) = (cpu.last_root_values(), cuda.last_root_values());
     let close = va
         .iter()
-        .zip(vb)
+        .zip(&vb)
         .filter(|(x, y)| (*x - *y).abs() <= 1e-3 * (1.0 + y.abs()))
         .count();
     let same = a.iter().zip(&b).filter(|(x, y)| x == y).count();

@@ -174,6 +174,7 @@ mod tests {
     use super::*;
     use crate::network::host_mlp::HostMlp;
     use crate::support::Support;
+    use crate::testing::specs::tiny_spec;
     use candle_core::Device;
 
     struct Cursor<'a>(&'a [f32]);
@@ -255,19 +256,11 @@ mod tests {
     fn the_packed_order_walked_as_the_kernels_walk_it_is_the_host_mlp() {
         for blocks in [0, 2] {
             let spec = NetworkSpec {
-                observation_shape: vec![5],
-                num_actions: 3,
                 hidden_dim: 12,
                 latent_dim: 7,
                 num_blocks: blocks,
-                conv_channels: 4,
-                force_mlp: false,
                 value_support: Support::symmetric(4),
-                reward_support: Support::symmetric(2),
-                projection_dim: 0,
-                observation_scale: Vec::new(),
-                value_prefix_dim: 0,
-                value_prefix_horizon: 0,
+                ..tiny_spec(vec![5], 3)
             };
             let net = MuZeroNetwork::new(spec.clone(), 3, &Device::Cpu, DType::F32).unwrap();
             let dims = MlpDims::of(&spec);
