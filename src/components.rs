@@ -44,6 +44,9 @@ pub fn network_spec(config: &Config, env: &EnvInfo) -> NetworkSpec {
         latent_dim: n.latent_dim,
         num_blocks: n.num_blocks,
         conv_channels: n.conv_channels,
+        value_head_channels: n.value_head_channels,
+        policy_head_channels: n.policy_head_channels,
+        reward_head_channels: n.reward_head_channels,
         force_mlp: n.network_type == NetworkType::Mlp,
         value_support: Support::symmetric(n.value_support_size as u32)
             .with_transform(n.support_transform),

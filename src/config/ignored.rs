@@ -127,18 +127,23 @@ impl Config {
             NetworkType::Auto => image_observations,
         };
         if !conv {
-            add(
-                "network_architecture.conv_channels",
-                format!(
-                    "the network is an MLP (network_type {}{})",
-                    serde_json::json!(n.network_type),
-                    if n.network_type == NetworkType::Auto {
-                        " with vector observations"
-                    } else {
-                        ""
-                    }
-                ),
+            let why = format!(
+                "the network is an MLP (network_type {}{})",
+                serde_json::json!(n.network_type),
+                if n.network_type == NetworkType::Auto {
+                    " with vector observations"
+                } else {
+                    ""
+                }
             );
+            for key in [
+                "network_architecture.conv_channels",
+                "network_architecture.value_head_channels",
+                "network_architecture.policy_head_channels",
+                "network_architecture.reward_head_channels",
+            ] {
+                add(key, why.clone());
+            }
         } else {
             add(
                 "network_architecture.latent_dim",

@@ -110,6 +110,14 @@ pub struct NetworkConfig {
     pub num_blocks: usize,
     /// Channels of the conv ResNet used for image-like (board) observations.
     pub conv_channels: usize,
+    /// Conv ResNet: planes of the 1 x 1 convolution in front of the value head (AlphaZero and
+    /// MuZero: 1; EfficientZero: 16 on Atari).
+    pub value_head_channels: usize,
+    /// Conv ResNet: planes of the 1 x 1 convolution in front of the policy's linear layer
+    /// (AlphaZero and MuZero: 2).
+    pub policy_head_channels: usize,
+    /// Conv ResNet: planes of the dynamics' 1 x 1 convolution in front of the reward head (1).
+    pub reward_head_channels: usize,
     /// "auto" (conv ResNet for `[C, H, W]` observations, MLP otherwise), "mlp" or "conv".
     pub network_type: NetworkType,
     /// Value head support is the integers `-n..=n` (after the h(x) transform).

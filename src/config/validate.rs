@@ -44,6 +44,21 @@ impl Config {
         at_least("network_architecture.latent_dim", n.latent_dim, 1)?;
         at_least("network_architecture.conv_channels", n.conv_channels, 1)?;
         at_least(
+            "network_architecture.value_head_channels",
+            n.value_head_channels,
+            1,
+        )?;
+        at_least(
+            "network_architecture.policy_head_channels",
+            n.policy_head_channels,
+            1,
+        )?;
+        at_least(
+            "network_architecture.reward_head_channels",
+            n.reward_head_channels,
+            1,
+        )?;
+        at_least(
             "network_architecture.value_support_size",
             n.value_support_size,
             1,

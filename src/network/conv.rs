@@ -322,7 +322,7 @@ impl ConvDynamics {
         let ch = spec.conv_channels;
         pb.push("dynamics");
         let trunk = ConvTrunk::new(pb, "trunk", ch + spec.num_actions, ch, spec.num_blocks);
-        let reward_conv = Conv2d::new(pb, "reward_conv", ch, 1, 1);
+        let reward_conv = Conv2d::new(pb, "reward_conv", ch, spec.reward_head_channels, 1);
         let reward = Head::new(
             pb,
             "reward",
@@ -350,7 +350,7 @@ impl ConvDynamics {
         Ok((next, self.reward_head(&features)?))
     }
 
-    /// The latent and the reward features (the reward plane, flattened: `[B, H * W]`),
+    /// The latent and the reward features (the reward planes, flattened: `[B, planes * H * W]`),
     /// without the reward head: what a value prefix's LSTM reads.
     pub fn features(
         &self,
@@ -394,13 +394,14 @@ impl ConvPrediction {
         let blocks: Result<Vec<_>, _> = (0..spec.num_blocks)
             .map(|i| ResConvBlock::new(pb, &format!("block{i}"), ch))
             .collect();
-        let policy_conv = Conv2d::new(pb, "policy_conv", ch, 2, 1);
-        let policy_out = Linear::new(pb, "policy_out", 2 * h * w, spec.num_actions, false);
-        let value_conv = Conv2d::new(pb, "value_conv", ch, 1, 1);
+        let (pc, vc) = (spec.policy_head_channels, spec.value_head_channels);
+        let policy_conv = Conv2d::new(pb, "policy_conv", ch, pc, 1);
+        let policy_out = Linear::new(pb, "policy_out", pc * h * w, spec.num_actions, false);
+        let value_conv = Conv2d::new(pb, "value_conv", ch, vc, 1);
         let value = Head::new(
             pb,
             "value",
-            h * w,
+            vc * h * w,
             spec.hidden_dim,
             spec.value_support.size(),
         );

@@ -31,10 +31,15 @@ impl NetworkFlops {
             let n = (spec.observation_shape[1] * spec.observation_shape[2]) as f64;
             let conv3 = |input: f64| n * input * c * 9.0;
             let planes = spec.observation_shape[0] as f64;
+            let (vc, pc, rc) = (
+                spec.value_head_channels as f64,
+                spec.policy_head_channels as f64,
+                spec.reward_head_channels as f64,
+            );
             [
                 conv3(planes) + blocks * 2.0 * conv3(c),
-                conv3(c + a) + blocks * 2.0 * conv3(c) + n * c + n * hd + hd * r,
-                blocks * 2.0 * conv3(c) + n * c * 3.0 + 2.0 * n * a + n * hd + hd * v,
+                conv3(c + a) + blocks * 2.0 * conv3(c) + n * c * rc + n * rc * hd + hd * r,
+                blocks * 2.0 * conv3(c) + n * c * (vc + pc) + pc * n * a + vc * n * hd + hd * v,
             ]
         } else {
             let l = spec.latent_dim as f64;
@@ -108,6 +113,9 @@ mod tests {
             latent_dim: 32,
             num_blocks: blocks,
             conv_channels: 64,
+            value_head_channels: 1,
+            policy_head_channels: 2,
+            reward_head_channels: 1,
             force_mlp: false,
             value_support: Support::symmetric(2),
             reward_support: Support::symmetric(2),

@@ -70,6 +70,14 @@ pub enum NetworkError {
     Collective(#[from] crate::distributed::CollectiveError),
 }
 
+fn one() -> usize {
+    1
+}
+
+fn two() -> usize {
+    2
+}
+
 /// Everything that fixes a network's architecture.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NetworkSpec {
@@ -80,6 +88,14 @@ pub struct NetworkSpec {
     pub num_blocks: usize,
     /// Channels of the conv trunks (used when observations are `[C, H, W]`).
     pub conv_channels: usize,
+    /// Planes of the conv net's 1 x 1 convolutions in front of the value, policy and reward
+    /// heads (AlphaZero's 1, 2 and 1 in checkpoints written before they were choices).
+    #[serde(default = "one")]
+    pub value_head_channels: usize,
+    #[serde(default = "two")]
+    pub policy_head_channels: usize,
+    #[serde(default = "one")]
+    pub reward_head_channels: usize,
     /// Use the MLP even for `[C, H, W]` observations (flattened).
     #[serde(default)]
     pub force_mlp: bool,
@@ -134,11 +150,11 @@ impl NetworkSpec {
     }
 
     /// Width of the dynamics' reward features, what the reward head (or, with a value prefix,
-    /// its LSTM) reads: the trunk's output for the MLP, the flattened reward plane `H * W` for
-    /// the conv net.
+    /// its LSTM) reads: the trunk's output for the MLP, the flattened reward planes
+    /// (`reward_head_channels x H x W`) for the conv net.
     pub fn reward_features_dim(&self) -> usize {
         if self.uses_conv() {
-            self.observation_shape[1] * self.observation_shape[2]
+            self.reward_head_channels * self.observation_shape[1] * self.observation_shape[2]
         } else {
             self.hidden_dim
         }

@@ -535,6 +535,32 @@ mod tests {
         all_parameters_get_gradients(conv, buffer_with(11, 24), 0.0);
     }
 
+    /// Wider 1 x 1 convolutions in front of the heads (EfficientZero's reduced channels):
+    /// each head's convolution and first layer take the chosen planes, and every parameter
+    /// learns.
+    #[test]
+    fn the_conv_heads_take_the_chosen_planes_and_all_learn() {
+        let conv = NetworkSpec {
+            observation_shape: vec![2, 3, 4],
+            value_head_channels: 3,
+            policy_head_channels: 4,
+            reward_head_channels: 2,
+            ..spec()
+        };
+        assert_eq!(conv.reward_features_dim(), 2 * 12);
+        let net = MuZeroNetwork::new(conv.clone(), 3, &Device::Cpu, DType::F32).unwrap();
+        let params = net.params();
+        let dims = |name: &str| params.get(name).unwrap().as_tensor().dims().to_vec();
+        let hidden = conv.hidden_dim;
+        assert_eq!(dims("prediction.value_conv.weight"), vec![3, 4, 1, 1]);
+        assert_eq!(dims("prediction.policy_conv.weight"), vec![4, 4, 1, 1]);
+        assert_eq!(dims("dynamics.reward_conv.weight"), vec![2, 4, 1, 1]);
+        assert_eq!(dims("prediction.value_hidden.weight"), vec![hidden, 3 * 12]);
+        assert_eq!(dims("dynamics.reward_hidden.weight"), vec![hidden, 2 * 12]);
+        assert_eq!(dims("prediction.policy_out.weight"), vec![3, 4 * 12]);
+        all_parameters_get_gradients(conv, buffer_with(11, 24), 0.0);
+    }
+
     fn all_parameters_get_gradients(spec: NetworkSpec, replay: ReplayBuffer, consistency: f64) {
         let weights = LossWeights {
             value: 0.25,
