@@ -28,7 +28,7 @@ fn main() {
     let (mut observation, _) = env.reset(Some(seed));
     let actions = agent.num_actions();
     let mut counts = vec![0usize; actions];
-    let mut window_reward = 0.0;
+    let (mut window_start, mut window_reward) = (0usize, 0.0);
     let mut total = 0.0;
     let (mut since_reward, mut longest, mut longest_end) = (0usize, 0usize, 0usize);
     let mut renders: Vec<(usize, usize, String)> = Vec::new();
@@ -52,11 +52,10 @@ fn main() {
         }
         if step.is_multiple_of(window) || result.terminated || result.truncated {
             println!(
-                "steps {:>5}-{step:>5}: reward {window_reward:>5} actions {counts:?}",
-                step - (step - 1) % window - 1
+                "steps {window_start:>5}-{step:>5}: reward {window_reward:>5} actions {counts:?}"
             );
             counts.iter_mut().for_each(|c| *c = 0);
-            window_reward = 0.0;
+            (window_start, window_reward) = (step, 0.0);
         }
         if result.terminated || result.truncated {
             break;

@@ -107,22 +107,12 @@ mod tests {
 
     fn spec(observation_shape: Vec<usize>, hidden: usize, blocks: usize) -> NetworkSpec {
         NetworkSpec {
-            observation_shape,
-            num_actions: 7,
             hidden_dim: hidden,
             latent_dim: 32,
             num_blocks: blocks,
             conv_channels: 64,
-            value_head_channels: 1,
-            policy_head_channels: 2,
-            reward_head_channels: 1,
-            force_mlp: false,
             value_support: Support::symmetric(2),
-            reward_support: Support::symmetric(2),
-            projection_dim: 0,
-            observation_scale: Vec::new(),
-            value_prefix_dim: 0,
-            value_prefix_horizon: 0,
+            ..crate::testing::specs::tiny_spec(observation_shape, 7)
         }
     }
 

@@ -484,22 +484,10 @@ mod tests {
 
     fn spec(shape: Vec<usize>) -> NetworkSpec {
         NetworkSpec {
-            observation_shape: shape,
-            num_actions: 3,
             hidden_dim: 8,
             latent_dim: 6,
-            num_blocks: 1,
-            conv_channels: 4,
-            value_head_channels: 1,
-            policy_head_channels: 2,
-            reward_head_channels: 1,
-            force_mlp: false,
             value_support: Support::symmetric(4),
-            reward_support: Support::symmetric(2),
-            projection_dim: 0,
-            observation_scale: Vec::new(),
-            value_prefix_dim: 0,
-            value_prefix_horizon: 0,
+            ..crate::testing::specs::tiny_spec(shape, 3)
         }
     }
 
