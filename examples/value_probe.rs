@@ -13,7 +13,12 @@
 //!   steps, and the value head closes the sum if the episode has not ended. Where the actions'
 //!   Monte Carlo values differ by more than `SPREAD`, it counts how often the model's best
 //!   action and the policy's are a best one (within `SPREAD` of the Monte Carlo best), beside
-//!   the count a uniformly random pick would expect.
+//!   the count a uniformly random pick would expect. The same count for the one-step Q on
+//!   the real next observation (`r + discount * v(h(o'))`, the environment in place of the
+//!   dynamics network) tells a dynamics network that misses what an action does from a value
+//!   head that cannot tell the positions apart. It says little where an action shows only
+//!   steps later (Freeway's chicken moves at most every third step, so most next observations
+//!   are the same whatever the action; ties go to the lowest action).
 //!
 //! A model whose one-step Q picks the Monte Carlo best where the action matters gives the
 //! search something to improve on; one that does not makes a search follow noise, and
@@ -119,6 +124,7 @@ fn main() {
 
     let (mut values, mut returns) = (Vec::new(), Vec::new());
     let (mut probed, mut matter, mut q_best, mut policy_best) = (0, 0, 0, 0);
+    let mut real_q_best = 0;
     let mut chance = 0.0;
     for episode in 0..episodes {
         let mut env = cumind::envs::make(&env_name).expect("the checkpoint's environment");
@@ -129,10 +135,20 @@ fn main() {
             values.push(here.value as f64);
             if t % every == 0 {
                 probed += 1;
+                // One-step Q on the real next observation: the value head's view of where
+                // the action really leads, with the dynamics network left out.
+                let mut real_q = vec![0.0f32; here.q.len()];
                 let monte_carlo: Vec<f32> = (0..here.q.len())
                     .map(|a| {
                         let mut copy = env.clone_box();
                         let mut step = copy.step(a).expect("an action of the space");
+                        real_q[a] = step.reward as f32
+                            + if step.terminated {
+                                0.0
+                            } else {
+                                let next = agent.network().values(&step.observation);
+                                discount * next.expect("a value")[0]
+                            };
                         let (mut sum, mut weight) = (step.reward as f32, discount);
                         for _ in 0..horizon {
                             if step.terminated || step.truncated {
@@ -163,6 +179,7 @@ fn main() {
                     let good = |a: usize| monte_carlo[a] >= hi - spread;
                     matter += 1;
                     q_best += usize::from(good(argmax(&here.q)));
+                    real_q_best += usize::from(good(argmax(&real_q)));
                     policy_best += usize::from(good(argmax(&here.logits)));
                     chance += (0..monte_carlo.len()).filter(|&a| good(a)).count() as f64
                         / monte_carlo.len() as f64;
@@ -208,6 +225,6 @@ fn main() {
         correlation(&values, &returns)
     );
     println!(
-        "one-step Q: {probed} positions probed, the action matters (Monte Carlo spread > {spread}) in {matter}; a best action (within {spread} of the Monte Carlo best) is the model's pick in {q_best}, the policy's in {policy_best}, a uniform pick's in {chance:.1} on average"
+        "one-step Q: {probed} positions probed, the action matters (Monte Carlo spread > {spread}) in {matter}; a best action (within {spread} of the Monte Carlo best) is the model's pick in {q_best}, the value head's on the real next observations' in {real_q_best}, the policy's in {policy_best}, a uniform pick's in {chance:.1} on average"
     );
 }
