@@ -23,8 +23,8 @@ fn main() {
     };
     let (seed, window, boards) = (arg(2, 1000), arg(3, 100) as usize, arg(4, 6) as usize);
     let mut agent = Agent::load(dir).expect("a checkpoint");
-    let env_name = agent.config().environment.env_name.clone();
-    let mut env = cumind::envs::make(&env_name).expect("the checkpoint's environment");
+    let env_spec = agent.config().environment.spec();
+    let mut env = env_spec.make().expect("the checkpoint's environment");
     let (mut observation, _) = env.reset(Some(seed));
     let actions = agent.num_actions();
     let mut counts = vec![0usize; actions];

@@ -119,7 +119,7 @@ fn main() {
     let (episodes, horizon) = (number(2, 10.0) as u64, number(3, 60.0) as usize);
     let (spread, every) = (number(4, 0.5) as f32, number(5, 3.0) as usize);
     let agent = Agent::load(dir).expect("a checkpoint");
-    let env_name = agent.config().environment.env_name.clone();
+    let env_spec = agent.config().environment.spec();
     let discount = agent.config().self_play.discount as f32;
 
     let (mut values, mut returns) = (Vec::new(), Vec::new());
@@ -127,7 +127,7 @@ fn main() {
     let mut real_q_best = 0;
     let mut chance = 0.0;
     for episode in 0..episodes {
-        let mut env = cumind::envs::make(&env_name).expect("the checkpoint's environment");
+        let mut env = env_spec.make().expect("the checkpoint's environment");
         let (mut observation, _) = env.reset(Some(1000 + episode));
         let mut rewards = Vec::new();
         for t in 0.. {
@@ -188,7 +188,7 @@ fn main() {
             let step = env
                 .step(argmax(&here.logits))
                 .expect("an action of the space");
-            rewards.push(step.reward as f64);
+            rewards.push(step.reward);
             if step.terminated || step.truncated {
                 break;
             }

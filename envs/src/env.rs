@@ -131,6 +131,15 @@ pub enum EnvError {
         /// The names that exist.
         known: Vec<String>,
     },
+    /// [`crate::FrameStack`] was asked for no frames, or for an environment whose
+    /// observations are not a box of at least one dimension.
+    #[error("cannot stack {frames} frames of {name}: the number of frames must be at least 1 and the observations a box")]
+    InvalidFrameStack {
+        /// The environment's name.
+        name: String,
+        /// The number of frames asked for.
+        frames: usize,
+    },
     /// [`crate::register`] was asked for a built-in (or empty) name.
     #[error("cannot register an environment as \"{name}\": the name is built in (or empty); choose another")]
     NameTaken {

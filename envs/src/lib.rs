@@ -20,9 +20,10 @@
 //! stepped in Python (the `gymnasium` module: any discrete-action environment, or an
 //! environment object).
 //!
-//! [`make`] builds an environment by name, [`VectorEnv`] steps several in parallel with
-//! automatic resets, and [`check_env`] plays one with random legal actions and reports every
-//! rule of the [`Environment`] contract it breaks.
+//! [`make`] builds an environment by name, [`FrameStack`] makes its observations the newest
+//! few frames, [`VectorEnv`] steps several in parallel with automatic resets, and
+//! [`check_env`] plays one with random legal actions and reports every rule of the
+//! [`Environment`] contract it breaks.
 //!
 //! ```
 //! use cumind_envs::{make, Environment};
@@ -48,6 +49,7 @@ pub mod catch;
 pub mod check;
 pub mod connect_four;
 pub mod env;
+pub mod frame_stack;
 #[cfg(feature = "python")]
 pub mod gymnasium;
 pub mod minatar;
@@ -61,6 +63,7 @@ pub use catch::Catch;
 pub use check::{check_env, check_env_with, CheckOptions, CheckReport, Violation};
 pub use connect_four::ConnectFour;
 pub use env::{EnvError, Environment, Info, Space, StepResult, Symmetry};
+pub use frame_stack::FrameStack;
 pub use minatar::{Asterix, Breakout, Freeway, Seaquest, SpaceInvaders};
 pub use mountain_car::MountainCar;
 pub use registry::{

@@ -84,6 +84,9 @@ pub struct EnvSpec {
     pub name: String,
     /// Keyword arguments for `gymnasium.make`; must be empty for other names.
     pub kwargs: Kwargs,
+    /// Observations of this many newest frames ([`crate::FrameStack`]); 0 and 1: single
+    /// frames, the environment itself.
+    pub frame_stack: usize,
 }
 
 impl EnvSpec {
@@ -92,6 +95,7 @@ impl EnvSpec {
         Self {
             name: name.into(),
             kwargs: Kwargs::new(),
+            frame_stack: 1,
         }
     }
 
@@ -100,12 +104,27 @@ impl EnvSpec {
         Self {
             name: name.into(),
             kwargs,
+            frame_stack: 1,
         }
     }
 
-    /// A new environment of this spec ([`make_with`]).
+    /// The same environment with observations of its `frames` newest frames.
+    pub fn with_frame_stack(self, frames: usize) -> Self {
+        Self {
+            frame_stack: frames,
+            ..self
+        }
+    }
+
+    /// A new environment of this spec ([`make_with`]), inside a [`crate::FrameStack`] when
+    /// `frame_stack` is above 1.
     pub fn make(&self) -> Result<Box<dyn Environment>, EnvError> {
-        make_with(&self.name, &self.kwargs)
+        let env = make_with(&self.name, &self.kwargs)?;
+        if self.frame_stack > 1 {
+            Ok(Box::new(crate::FrameStack::new(env, self.frame_stack)?))
+        } else {
+            Ok(env)
+        }
     }
 }
 

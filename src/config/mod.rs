@@ -256,6 +256,27 @@ mod tests {
         );
     }
 
+    /// A frame stack multiplies the observation's first dimension, so checks against the
+    /// environment (here `observation_scale`'s length) see the stacked shape; 0 frames is an
+    /// error that names the key.
+    #[test]
+    fn a_frame_stack_changes_the_observation_the_checks_see() {
+        let c = load_with(sets(&[
+            "environment.frame_stack=3",
+            "environment.observation_shape=[12]",
+        ]))
+        .unwrap();
+        let env = crate::components::EnvInfo::of(&c).unwrap();
+        assert_eq!(env.observation_shape, vec![12]);
+        let short = error_text(load_with(sets(&[
+            "environment.frame_stack=3",
+            "environment.observation_scale=[1, 1, 10, 1]",
+        ])));
+        assert!(short.contains("environment.observation_scale"), "{short}");
+        let none = error_text(load_with(sets(&["environment.frame_stack=0"])));
+        assert!(none.contains("environment.frame_stack"), "{none}");
+    }
+
     #[test]
     fn unknown_key_is_named() {
         let text = error_text(load_with(sets(&["training.batch_sise=3"])));

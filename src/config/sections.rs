@@ -271,12 +271,16 @@ pub struct EnvironmentConfig {
     /// Fixed per-feature multipliers of the observations, applied at the network's input
     /// (empty: none). One per value of a flattened observation; stored observations stay raw.
     pub observation_scale: Vec<f64>,
+    /// Observations of the environment's newest this many frames, oldest first along the
+    /// first dimension (`cumind_envs::FrameStack`; 1: single frames).
+    pub frame_stack: usize,
 }
 
 impl EnvironmentConfig {
     /// The environment's name with its keyword arguments: what builds it.
     pub fn spec(&self) -> cumind_envs::EnvSpec {
         cumind_envs::EnvSpec::with_kwargs(self.env_name.clone(), self.env_kwargs.clone())
+            .with_frame_stack(self.frame_stack)
     }
 }
 

@@ -195,6 +195,7 @@ impl Config {
             ));
         }
         at_least("environment.num_envs", e.num_envs, 1)?;
+        at_least("environment.frame_stack", e.frame_stack, 1)?;
         match e.spec().make() {
             Ok(env) => self.validate_against(env.as_ref())?,
             // A checkpoint's stored configuration of a Gymnasium environment that this process
