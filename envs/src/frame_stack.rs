@@ -42,11 +42,6 @@ impl FrameStack {
         })
     }
 
-    /// The number of frames in an observation.
-    pub fn frames(&self) -> usize {
-        self.k
-    }
-
     /// Drops the oldest frame and appends `frame` as the newest.
     fn push(&mut self, frame: &[f32]) {
         self.frames.copy_within(self.frame_len.., 0);
