@@ -94,10 +94,15 @@ impl MetricSink for TensorBoardSink {
 /// Scalars as CSV lines `tag,step,value` in one file per run (appended to on resume), for
 /// `cumind plot` and for anyone without TensorBoard. Write errors are counted, not fatal: the
 /// run matters more than its curves.
+///
+/// A run killed mid-write leaves a torn last line (the buffer reaches the file in pieces): on
+/// opening, the sink cuts the file back to its last complete line before appending, so the
+/// resumed run's first row is not glued to a fragment.
 pub struct CsvSink {
     writer: std::io::BufWriter<std::fs::File>,
     path: PathBuf,
     failed_writes: u64,
+    torn_bytes: u64,
 }
 
 /// The CSV file a run's scalars go to, inside its log directory.
@@ -109,7 +114,12 @@ impl CsvSink {
         use std::io::Write;
         std::fs::create_dir_all(dir)?;
         let path = dir.join(METRICS_CSV);
-        let fresh = !path.exists();
+        let torn_bytes = if path.exists() {
+            cut_torn_tail(&path)?
+        } else {
+            0
+        };
+        let fresh = !path.exists() || std::fs::metadata(&path)?.len() == 0;
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -122,7 +132,13 @@ impl CsvSink {
             writer,
             path,
             failed_writes: 0,
+            torn_bytes,
         })
+    }
+
+    /// Bytes of a torn last line cut from the file when it was opened (0: it ended cleanly).
+    pub fn torn_bytes(&self) -> u64 {
+        self.torn_bytes
     }
 
     pub fn path(&self) -> &Path {
@@ -133,6 +149,38 @@ impl CsvSink {
     pub fn failed_writes(&self) -> u64 {
         self.failed_writes
     }
+}
+
+/// Truncates `path` after its last newline and returns how many bytes that removed: the
+/// unfinished line a killed writer left. Reads backwards in blocks, so a long file costs no more
+/// than its tail.
+fn cut_torn_tail(path: &Path) -> std::io::Result<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    const BLOCK: u64 = 4096;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)?;
+    let len = file.metadata()?.len();
+    let mut end = len;
+    let mut block = Vec::new();
+    while end > 0 {
+        let start = end.saturating_sub(BLOCK);
+        block.resize((end - start) as usize, 0);
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(&mut block)?;
+        if let Some(i) = block.iter().rposition(|&b| b == b'\n') {
+            let keep = start + i as u64 + 1;
+            if keep < len {
+                file.set_len(keep)?;
+            }
+            return Ok(len - keep);
+        }
+        end = start;
+    }
+    // No newline at all: not even the header was finished.
+    file.set_len(0)?;
+    Ok(len)
 }
 
 impl MetricSink for CsvSink {
@@ -183,6 +231,35 @@ mod tests {
             text,
             "tag,step,value\nloss/total,3,1.5\neval/mean_return,40,-2\n"
         );
+    }
+
+    #[test]
+    fn csv_sink_cuts_a_torn_last_line_before_appending() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(METRICS_CSV);
+        // Longer than one read block, so the search for the last newline crosses blocks.
+        let long_tag = "x".repeat(5000);
+        std::fs::write(
+            &path,
+            format!("tag,step,value\nloss/total,3,1.5\n{long_tag},4"),
+        )
+        .unwrap();
+        {
+            let mut sink = CsvSink::new(dir.path()).unwrap();
+            assert_eq!(sink.torn_bytes(), long_tag.len() as u64 + 2);
+            sink.scalar("loss/total", 1.25, 4);
+            sink.flush();
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            text,
+            "tag,step,value\nloss/total,3,1.5\nloss/total,4,1.25\n"
+        );
+        // A clean file is left as it is.
+        let sink = CsvSink::new(dir.path()).unwrap();
+        assert_eq!(sink.torn_bytes(), 0);
+        drop(sink);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
     }
 
     #[test]

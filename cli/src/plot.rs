@@ -63,12 +63,23 @@ pub struct RunCurves {
 }
 
 /// Read `dir/metrics.csv`.
+///
+/// Two things a live or resumed run leaves are read as what they are, not as errors:
+/// - a last line without its newline is a row still being written (the file is read while the
+///   run writes it, or the run was killed mid-write): it is left out;
+/// - a run resumed from a checkpoint logs again the steps its first attempt logged after that
+///   checkpoint: where a series' step goes back, the later rows replace the earlier ones from
+///   that step on, so each curve is the history the resumed run continues.
 pub fn read_run(dir: &Path) -> Result<RunCurves, PlotError> {
     let path = dir.join(METRICS_CSV);
-    let text = std::fs::read_to_string(&path).map_err(|error| PlotError::Read {
+    let mut text = std::fs::read_to_string(&path).map_err(|error| PlotError::Read {
         path: path.clone(),
         error,
     })?;
+    if !text.ends_with('\n') {
+        let complete = text.rfind('\n').map_or(0, |i| i + 1);
+        text.truncate(complete);
+    }
     let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     for (i, line) in text.lines().enumerate().skip(1) {
         let bad = || PlotError::Format {
@@ -80,10 +91,12 @@ pub fn read_run(dir: &Path) -> Result<RunCurves, PlotError> {
         let value: f64 = parts.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
         let step: f64 = parts.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
         let tag = parts.next().ok_or_else(bad)?;
-        series
-            .entry(tag.to_string())
-            .or_default()
-            .push((step, value));
+        let points = series.entry(tag.to_string()).or_default();
+        if points.last().is_some_and(|&(last, _)| step < last) {
+            let keep = points.partition_point(|&(s, _)| s < step);
+            points.truncate(keep);
+        }
+        points.push((step, value));
     }
     if series.is_empty() {
         return Err(PlotError::Empty(dir.to_path_buf()));
@@ -605,6 +618,43 @@ mod tests {
         let curve = run.by_training_steps(run.get("loss/total"));
         assert_eq!(curve.by_steps, vec![(50.0, 0.9), (150.0, 0.5)]);
         assert_eq!(curve.by_time, vec![(1.0, 0.9), (3.0, 0.5)]);
+    }
+
+    #[test]
+    fn read_run_leaves_out_an_unfinished_last_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = dir.path().join(METRICS_CSV);
+        std::fs::write(&csv, "tag,step,value\nloss/total,3,1.5\nloss/to").unwrap();
+        let run = read_run(dir.path()).unwrap();
+        assert_eq!(run.series["loss/total"], vec![(3.0, 1.5)]);
+        // A cut inside a number would give a wrong point, not an error: it is left out too.
+        std::fs::write(&csv, "tag,step,value\nloss/total,3,1.5\nloss/total,37").unwrap();
+        let run = read_run(dir.path()).unwrap();
+        assert_eq!(run.series["loss/total"], vec![(3.0, 1.5)]);
+    }
+
+    #[test]
+    fn read_run_lets_a_resumed_run_replace_the_steps_it_logs_again() {
+        let dir = tempfile::tempdir().unwrap();
+        // First attempt logged steps 1-4, its last checkpoint was at step 2; the resumed run
+        // logs 3 and 4 again, then 5. Another series logged once per step is left alone.
+        std::fs::write(
+            dir.path().join(METRICS_CSV),
+            "tag,step,value\na,1,1\na,2,2\nb,2,20\na,3,3\na,4,4\na,3,30\na,4,40\na,5,50\nb,4,40\n",
+        )
+        .unwrap();
+        let run = read_run(dir.path()).unwrap();
+        assert_eq!(
+            run.series["a"],
+            vec![
+                (1.0, 1.0),
+                (2.0, 2.0),
+                (3.0, 30.0),
+                (4.0, 40.0),
+                (5.0, 50.0)
+            ]
+        );
+        assert_eq!(run.series["b"], vec![(2.0, 20.0), (4.0, 40.0)]);
     }
 
     #[test]

@@ -446,6 +446,14 @@ fn train_and_report(
         .with_context(|| format!("cannot create {}", log_dir.display()))?;
     let csv = cumind::metrics::CsvSink::new(&log_dir)
         .with_context(|| format!("cannot create {}", log_dir.display()))?;
+    if csv.torn_bytes() > 0 {
+        eprintln!(
+            "note: {} ended in an unfinished line ({} bytes, left by a run stopped mid-write); \
+             cut it before appending",
+            csv.path().display(),
+            csv.torn_bytes()
+        );
+    }
     let mut sink = ConsoleSink::new(tensorboard, csv, progress);
     eprintln!(
         "training {} on {}{} | logs: {} | checkpoints: {}",
