@@ -119,7 +119,8 @@ impl CsvSink {
         } else {
             0
         };
-        let fresh = !path.exists() || std::fs::metadata(&path)?.len() == 0;
+        // New, or emptied because not even its header was finished.
+        let fresh = std::fs::metadata(&path).map_or(true, |m| m.len() == 0);
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
