@@ -72,14 +72,11 @@ pub struct RunCurves {
 ///   that step on, so each curve is the history the resumed run continues.
 pub fn read_run(dir: &Path) -> Result<RunCurves, PlotError> {
     let path = dir.join(METRICS_CSV);
-    let mut text = std::fs::read_to_string(&path).map_err(|error| PlotError::Read {
+    let text = std::fs::read_to_string(&path).map_err(|error| PlotError::Read {
         path: path.clone(),
         error,
     })?;
-    if !text.ends_with('\n') {
-        let complete = text.rfind('\n').map_or(0, |i| i + 1);
-        text.truncate(complete);
-    }
+    let text = complete_lines(&text);
     let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     for (i, line) in text.lines().enumerate().skip(1) {
         let bad = || PlotError::Format {
@@ -106,6 +103,15 @@ pub fn read_run(dir: &Path) -> Result<RunCurves, PlotError> {
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_else(|| dir.display().to_string());
     Ok(RunCurves { name, series })
+}
+
+/// `text` up to its last newline: a last line without one is a row still being written (the
+/// file is read while its writer appends to it, or the writer was killed mid-line).
+fn complete_lines(text: &str) -> &str {
+    match text.rfind('\n') {
+        Some(end) => &text[..=end],
+        None => "",
+    }
 }
 
 /// The header a peer's curve starts with.
@@ -141,12 +147,18 @@ pub fn relabel(runs: &mut [RunCurves], labels: &[String]) -> Result<(), PlotErro
 /// A peer's evaluations: a CSV file with the header `env_steps,wall_seconds,mean_return` (more
 /// columns after these are ignored) and one row per evaluation. They become the series a run
 /// logs for the same things (`eval/mean_return`, `progress/elapsed_seconds`), named after the
-/// file.
+/// file. As in [`read_run`], a last row without its newline (the peer is still writing it) is
+/// left out; a file of one line without a newline is read as a header with no rows.
 pub fn read_peer(path: &Path) -> Result<RunCurves, PlotError> {
-    let text = std::fs::read_to_string(path).map_err(|error| PlotError::Read {
+    let whole = std::fs::read_to_string(path).map_err(|error| PlotError::Read {
         path: path.to_path_buf(),
         error,
     })?;
+    let text = if whole.contains('\n') {
+        complete_lines(&whole)
+    } else {
+        whole.as_str()
+    };
     let bad = |line: usize, text: &str| PlotError::PeerFormat {
         path: path.to_path_buf(),
         line,
@@ -553,6 +565,23 @@ mod tests {
         let text = read_curves(&path).unwrap_err().to_string();
         assert!(text.contains("line 2"), "{text}");
         std::fs::write(&path, "env_steps,wall_seconds,mean_return\n").unwrap();
+        assert!(matches!(read_curves(&path), Err(PlotError::Empty(_))));
+    }
+
+    #[test]
+    fn a_peers_row_still_being_written_is_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("freeway-dqn-seed3.csv");
+        // Cut inside the mean: read whole, the row would be a wrong point, not an error.
+        std::fs::write(
+            &path,
+            "env_steps,wall_seconds,mean_return\n25000,60,21.5\n50000,130,3",
+        )
+        .unwrap();
+        let run = read_curves(&path).unwrap();
+        assert_eq!(run.get("eval/mean_return"), &[(25000.0, 21.5)]);
+        // The header alone, still without its newline: a curve with no rows yet.
+        std::fs::write(&path, "env_steps,wall_seconds,mean_return").unwrap();
         assert!(matches!(read_curves(&path), Err(PlotError::Empty(_))));
     }
 
