@@ -333,6 +333,17 @@ fn panels(runs: &[RunCurves]) -> Vec<Panel> {
     vec![eval, train, loss]
 }
 
+/// The panels that some run has a point in; all of them when none has (each then says "no
+/// data").
+fn shown_panels(panels: Vec<Panel>) -> Vec<Panel> {
+    let has_data = |panel: &Panel| panel.per_run.iter().any(|c| !c.by_steps.is_empty());
+    if panels.iter().any(has_data) {
+        panels.into_iter().filter(has_data).collect()
+    } else {
+        panels
+    }
+}
+
 /// An axis value as people write it: 950, 12k, 1.5M.
 fn short_number(x: f64) -> String {
     let a = x.abs();
@@ -394,15 +405,19 @@ const COLORS: [RGBColor; 10] = [
     RGBColor(23, 190, 207),
 ];
 
-/// Draw `runs` into a PNG at `out` (1500 x 800), with the TrueType font at `font` (`None`:
-/// the built-in DejaVu Sans).
+/// Draw `runs` into a PNG at `out`, with the TrueType font at `font` (`None`: the built-in
+/// DejaVu Sans): a column per panel that any run has data for (all three, 1500 x 800, for
+/// training runs; only the evaluations, 1000 x 800, for peers' curves alone), the environment
+/// steps on the x axis of the top row and the wall time on the bottom row's.
 pub fn draw(runs: &[RunCurves], out: &Path, font: Option<&Path>) -> Result<(), PlotError> {
     register_font(font)?;
     let fail = |reason: String| PlotError::Draw {
         path: out.to_path_buf(),
         reason,
     };
-    let root = BitMapBackend::new(out, (1500, 800)).into_drawing_area();
+    let panels = shown_panels(panels(runs));
+    let width = if panels.len() >= 3 { 1500 } else { 1000 };
+    let root = BitMapBackend::new(out, (width, 800)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
     let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
     let (top, body) = root.split_vertically(40);
@@ -418,10 +433,11 @@ pub fn draw(runs: &[RunCurves], out: &Path, font: Option<&Path>) -> Result<(), P
         (20, 12),
     )
     .map_err(|e| fail(e.to_string()))?;
-    let areas = body.split_evenly((2, 3));
-    for (p, panel) in panels(runs).iter().enumerate() {
+    let columns = panels.len();
+    let areas = body.split_evenly((2, columns));
+    for (p, panel) in panels.iter().enumerate() {
         for (row, x_label) in ["environment steps", "wall time (s)"].iter().enumerate() {
-            let area = &areas[row * 3 + p];
+            let area = &areas[row * columns + p];
             let lines: Vec<&Line> = panel
                 .per_run
                 .iter()
@@ -566,6 +582,36 @@ mod tests {
         assert!(text.contains("line 2"), "{text}");
         std::fs::write(&path, "env_steps,wall_seconds,mean_return\n").unwrap();
         assert!(matches!(read_curves(&path), Err(PlotError::Empty(_))));
+    }
+
+    #[test]
+    fn panels_without_a_point_in_any_run_are_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("freeway-ppo-seed1.csv");
+        std::fs::write(&path, "env_steps,wall_seconds,mean_return\n25000,60,21.5\n").unwrap();
+        let peer = read_curves(&path).unwrap();
+        let titles = |runs: &[RunCurves]| -> Vec<&str> {
+            shown_panels(panels(runs)).iter().map(|p| p.title).collect()
+        };
+        // Peers' curves alone: only the evaluations.
+        assert_eq!(
+            titles(std::slice::from_ref(&peer)),
+            vec!["evaluation mean return"]
+        );
+        // Beside a training run that logs losses and episodes, every panel.
+        std::fs::write(
+            dir.path().join(METRICS_CSV),
+            "tag,step,value\nloss/total,10,1.5\nepisode/return,10,3\nprogress/training_steps,10,1\n",
+        )
+        .unwrap();
+        let run = read_run(dir.path()).unwrap();
+        assert_eq!(titles(&[run, peer]).len(), 3);
+        // Nothing anywhere: the panels stay, each to say so.
+        let empty = RunCurves {
+            name: "empty".into(),
+            series: BTreeMap::new(),
+        };
+        assert_eq!(titles(&[empty]).len(), 3);
     }
 
     #[test]
