@@ -176,20 +176,34 @@ fn main() {
         win.len()
     );
 
-    let (values, priors, _) = predict(&agent, &block);
+    let (values, priors, rewards) = predict(&agent, &block);
     println!(
         "must block ({}): value {:.3}; prior on the blocking move {:.3} (uniform over the legal \
-         moves: {:.3})",
+         moves: {:.3}); predicted reward of the legal moves (none wins) {:.3}",
         block.len(),
         mean(values.iter().copied()),
         mean((0..block.len()).map(|i| priors[i][block[i].key_moves[0]])),
         mean(block.iter().map(|p| 1.0 / p.legal.len() as f32)),
+        mean_legal_reward(&block, &rewards),
     );
 
-    let (values, _, _) = predict(&agent, &other);
+    let (values, _, rewards) = predict(&agent, &other);
     println!(
-        "other ({}): value {:.3}",
+        "other ({}): value {:.3}; predicted reward of the legal moves (none wins) {:.3}",
         other.len(),
-        mean(values.iter().copied())
+        mean(values.iter().copied()),
+        mean_legal_reward(&other, &rewards),
     );
+}
+
+/// The mean predicted reward over every legal move of `positions`. In must-block and other
+/// positions no move wins at once, so a model that reads the move, not only the position,
+/// predicts about 0 here, as it does for the non-winning moves of win-in-one positions.
+fn mean_legal_reward(positions: &[Position], rewards: &[Vec<f32>]) -> f32 {
+    mean(
+        positions
+            .iter()
+            .zip(rewards)
+            .flat_map(|(p, r)| p.legal.iter().map(|&m| r[m]).collect::<Vec<_>>()),
+    )
 }
