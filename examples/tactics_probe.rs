@@ -144,14 +144,6 @@ fn main() {
 
     let (values, priors, rewards) = predict(&agent, &win);
     let on_key = |i: usize, of: &Vec<Vec<f32>>| mean(win[i].key_moves.iter().map(|&m| of[i][m]));
-    let other_moves = (0..win.len()).flat_map(|i| {
-        let p = &win[i];
-        p.legal
-            .iter()
-            .filter(|m| !p.key_moves.contains(m))
-            .map(|&m| rewards[i][m])
-            .collect::<Vec<_>>()
-    });
     let argmax_wins = (0..win.len())
         .filter(|&i| {
             let p = &win[i];
@@ -171,7 +163,7 @@ fn main() {
         win.len(),
         mean(values.iter().copied()),
         mean((0..win.len()).map(|i| on_key(i, &rewards))),
-        mean(other_moves),
+        mean_reward(&win, &rewards, |p, m| !p.key_moves.contains(&m)),
         mean((0..win.len()).map(|i| win[i].key_moves.iter().map(|&m| priors[i][m]).sum())),
         win.len()
     );
@@ -184,7 +176,7 @@ fn main() {
         mean(values.iter().copied()),
         mean((0..block.len()).map(|i| priors[i][block[i].key_moves[0]])),
         mean(block.iter().map(|p| 1.0 / p.legal.len() as f32)),
-        mean_legal_reward(&block, &rewards),
+        mean_reward(&block, &rewards, |_, _| true),
     );
 
     let (values, _, rewards) = predict(&agent, &other);
@@ -192,18 +184,23 @@ fn main() {
         "other ({}): value {:.3}; predicted reward of the legal moves (none wins) {:.3}",
         other.len(),
         mean(values.iter().copied()),
-        mean_legal_reward(&other, &rewards),
+        mean_reward(&other, &rewards, |_, _| true),
     );
 }
 
-/// The mean predicted reward over every legal move of `positions`. In must-block and other
-/// positions no move wins at once, so a model that reads the move, not only the position,
-/// predicts about 0 here, as it does for the non-winning moves of win-in-one positions.
-fn mean_legal_reward(positions: &[Position], rewards: &[Vec<f32>]) -> f32 {
-    mean(
-        positions
+/// The mean predicted reward over the legal moves of `positions` that `keep` selects. Where no
+/// move wins at once (every move of must-block and other positions, the non-winning moves of
+/// win-in-one positions), a model that reads the move, not only the position, predicts about 0.
+fn mean_reward(
+    positions: &[Position],
+    rewards: &[Vec<f32>],
+    keep: impl Fn(&Position, usize) -> bool,
+) -> f32 {
+    mean(positions.iter().zip(rewards).flat_map(|(p, r)| {
+        p.legal
             .iter()
-            .zip(rewards)
-            .flat_map(|(p, r)| p.legal.iter().map(|&m| r[m]).collect::<Vec<_>>()),
-    )
+            .filter(|&&m| keep(p, m))
+            .map(|&m| r[m])
+            .collect::<Vec<_>>()
+    }))
 }

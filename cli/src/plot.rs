@@ -106,11 +106,13 @@ pub fn read_run(dir: &Path) -> Result<RunCurves, PlotError> {
 }
 
 /// `text` up to its last newline: a last line without one is a row still being written (the
-/// file is read while its writer appends to it, or the writer was killed mid-line).
+/// file is read while its writer appends to it, or the writer was killed mid-line). A text
+/// without any newline is kept whole: its one line is the header, which both readers check
+/// or skip, so a file that has only its header so far reads as a curve with no rows.
 fn complete_lines(text: &str) -> &str {
     match text.rfind('\n') {
         Some(end) => &text[..=end],
-        None => "",
+        None => text,
     }
 }
 
@@ -148,17 +150,13 @@ pub fn relabel(runs: &mut [RunCurves], labels: &[String]) -> Result<(), PlotErro
 /// columns after these are ignored) and one row per evaluation. They become the series a run
 /// logs for the same things (`eval/mean_return`, `progress/elapsed_seconds`), named after the
 /// file. As in [`read_run`], a last row without its newline (the peer is still writing it) is
-/// left out; a file of one line without a newline is read as a header with no rows.
+/// left out ([`complete_lines`]).
 pub fn read_peer(path: &Path) -> Result<RunCurves, PlotError> {
-    let whole = std::fs::read_to_string(path).map_err(|error| PlotError::Read {
+    let text = std::fs::read_to_string(path).map_err(|error| PlotError::Read {
         path: path.to_path_buf(),
         error,
     })?;
-    let text = if whole.contains('\n') {
-        complete_lines(&whole)
-    } else {
-        whole.as_str()
-    };
+    let text = complete_lines(&text);
     let bad = |line: usize, text: &str| PlotError::PeerFormat {
         path: path.to_path_buf(),
         line,
