@@ -31,12 +31,16 @@ enum Isa {
 impl Isa {
     /// The widest build this CPU runs, if any.
     fn best() -> Option<Isa> {
-        Self::available().first().copied()
+        Self::ALL.into_iter().find(|isa| isa.runs_here())
     }
 
+    /// Every build, widest first.
+    const ALL: [Isa; 2] = [Isa::Avx512, Isa::Avx2];
+
     /// Every build this CPU runs, widest first.
+    #[cfg(test)]
     fn available() -> Vec<Isa> {
-        [Isa::Avx512, Isa::Avx2]
+        Self::ALL
             .into_iter()
             .filter(|isa| isa.runs_here())
             .collect()
@@ -192,15 +196,9 @@ pub(super) fn conv(
     conv_on(Isa::best().expect("supported"), s, padded, taps, bias, out);
 }
 
-/// [`conv`] with the kernels of `isa`.
-fn conv_on(
-    isa: Isa,
-    s: &DirectShape,
-    padded: &[f32],
-    taps: &[f32],
-    bias: Option<&[f32]>,
-    out: &mut [f32],
-) {
+/// What both kernels need of every call: instructions this CPU runs, an output-channel count
+/// they are built for, an odd kernel and a whole bordered input.
+fn check(isa: Isa, s: &DirectShape, padded: &[f32]) {
     assert!(
         isa.runs_here(),
         "direct conv: {isa:?} does not run on this CPU"
@@ -212,14 +210,26 @@ fn conv_on(
     );
     assert!(s.k % 2 == 1, "direct conv: an even kernel");
     assert!(padded.len() >= s.padded_len());
+}
+
+/// [`conv`] with the kernels of `isa`.
+fn conv_on(
+    isa: Isa,
+    s: &DirectShape,
+    padded: &[f32],
+    taps: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) {
+    check(isa, s, padded);
     assert_eq!(taps.len(), s.k * s.k * s.c * s.o);
     assert!(out.len() >= s.n * s.h * s.w * s.o);
     if let Some(b) = bias {
         assert_eq!(b.len(), s.o);
     }
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: the kernels' instructions run on this CPU (asserted above), and every pointer
-    // they form stays within the buffers whose lengths are asserted above (see
+    // SAFETY: the kernels' instructions run on this CPU (`check`), and every pointer they
+    // form stays within the buffers whose lengths are asserted here and in `check` (see
     // `conv_boards`).
     unsafe {
         let kernel = match isa {
@@ -240,22 +250,12 @@ pub(super) fn filter_gradient(s: &DirectShape, padded: &[f32], g: &[f32], grad_t
 
 /// [`filter_gradient`] with the kernels of `isa`.
 fn filter_gradient_on(isa: Isa, s: &DirectShape, padded: &[f32], g: &[f32], grad_taps: &mut [f32]) {
-    assert!(
-        isa.runs_here(),
-        "direct conv: {isa:?} does not run on this CPU"
-    );
-    assert!(
-        s.o.is_multiple_of(16) && (16..=64).contains(&s.o),
-        "direct conv: {} output channels",
-        s.o
-    );
-    assert!(s.k % 2 == 1, "direct conv: an even kernel");
-    assert!(padded.len() >= s.padded_len());
+    check(isa, s, padded);
     assert!(g.len() >= s.n * s.h * s.w * s.o);
     assert_eq!(grad_taps.len(), s.k * s.k * s.c * s.o);
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: the kernels' instructions run on this CPU, and every pointer they form stays
-    // within the buffers whose lengths are asserted above.
+    // SAFETY: the kernels' instructions run on this CPU (`check`), and every pointer they
+    // form stays within the buffers whose lengths are asserted here and in `check`.
     unsafe {
         let kernel = match isa {
             Isa::Avx512 => avx512::tap_block,
