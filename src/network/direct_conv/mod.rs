@@ -192,9 +192,11 @@ pub(super) fn conv(
     bias: Option<&[f32]>,
     out: &mut [f32],
 ) {
-    assert!(supported(s.o), "direct conv: {} output channels here", s.o);
-    conv_on(Isa::best().expect("supported"), s, padded, taps, bias, out);
+    conv_on(Isa::best().expect(NO_BUILD), s, padded, taps, bias, out);
 }
+
+/// The panic of a call on a CPU that runs neither build (callers check [`supported`]).
+const NO_BUILD: &str = "direct conv: this CPU has neither AVX-512 nor AVX2 with FMA";
 
 /// What both kernels need of every call: instructions this CPU runs, an output-channel count
 /// they are built for, an odd kernel and a whole bordered input.
@@ -244,8 +246,7 @@ fn conv_on(
 /// [`conv`] over the bordered input `padded`, given the output's gradient `g` (`[n, H, W,
 /// O]`). The caller checks [`supported`] for `O`.
 pub(super) fn filter_gradient(s: &DirectShape, padded: &[f32], g: &[f32], grad_taps: &mut [f32]) {
-    assert!(supported(s.o), "direct conv: {} output channels here", s.o);
-    filter_gradient_on(Isa::best().expect("supported"), s, padded, g, grad_taps);
+    filter_gradient_on(Isa::best().expect(NO_BUILD), s, padded, g, grad_taps);
 }
 
 /// [`filter_gradient`] with the kernels of `isa`.
@@ -487,14 +488,24 @@ mod tests {
         (1, 1, 1, 3, 3, 16),
     ];
 
-    #[test]
-    fn the_direct_convolution_equals_the_written_out_one() {
+    /// Every build this CPU runs with every shape of [`SHAPES`] (none, with a note, where it
+    /// runs neither).
+    fn cases() -> Vec<(Isa, DirectShape)> {
         let isas = Isa::available();
         if isas.is_empty() {
             eprintln!("skipped: this CPU has neither AVX-512 nor AVX2, so no direct kernel runs");
         }
-        for (isa, (n, h, w, c, k, o)) in isas.iter().flat_map(|&i| SHAPES.map(|s| (i, s))) {
-            let s = DirectShape { n, h, w, c, k, o };
+        isas.into_iter()
+            .flat_map(|isa| {
+                SHAPES.map(|(n, h, w, c, k, o)| (isa, DirectShape { n, h, w, c, k, o }))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_direct_convolution_equals_the_written_out_one() {
+        for (isa, s) in cases() {
+            let DirectShape { n, h, w, c, k, o } = s;
             let x = values(n * h * w * c, 1);
             let rows = values(o * k * k * c, 2);
             let bias = values(o, 3);
@@ -508,15 +519,11 @@ mod tests {
     /// every x and g, checked as the gradient of a random x against the written-out sum.
     #[test]
     fn the_adjoint_taps_give_the_inputs_gradient() {
-        let isas = Isa::available();
-        if isas.is_empty() {
-            eprintln!("skipped: this CPU has neither AVX-512 nor AVX2, so no direct kernel runs");
-        }
-        for (isa, (n, h, w, c, k, o)) in isas.iter().flat_map(|&i| SHAPES.map(|s| (i, s))) {
+        for (isa, s) in cases() {
+            let DirectShape { n, h, w, c, k, o } = s;
             if padded_channels(c) > 64 {
                 continue;
             }
-            let s = DirectShape { n, h, w, c, k, o };
             let rows = values(o * k * k * c, 4);
             let g = values(n * h * w * o, 5);
             let cp = padded_channels(c);
@@ -547,12 +554,8 @@ mod tests {
     /// the positions, against the written-out sum (added to what the buffer held).
     #[test]
     fn the_filter_gradient_equals_the_written_out_one() {
-        let isas = Isa::available();
-        if isas.is_empty() {
-            eprintln!("skipped: this CPU has neither AVX-512 nor AVX2, so no direct kernel runs");
-        }
-        for (isa, (n, h, w, c, k, o)) in isas.iter().flat_map(|&i| SHAPES.map(|s| (i, s))) {
-            let s = DirectShape { n, h, w, c, k, o };
+        for (isa, s) in cases() {
+            let DirectShape { n, h, w, c, k, o } = s;
             let x = values(n * h * w * c, 6);
             let g = values(n * h * w * o, 7);
             let start = values(k * k * c * o, 8);
