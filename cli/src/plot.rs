@@ -417,20 +417,41 @@ pub fn draw(runs: &[RunCurves], out: &Path, font: Option<&Path>) -> Result<(), P
     let width = if panels.len() >= 3 { 1500 } else { 1000 };
     let root = BitMapBackend::new(out, (width, 800)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
-    let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
-    let (top, body) = root.split_vertically(40);
-    let legend = names
+    let legend_font = ("sans-serif", 16).into_font().color(&BLACK);
+    // Each entry: a swatch of the run's colour, then its name; entries wrap onto as many
+    // lines as the width needs.
+    let entry_widths = runs
         .iter()
-        .enumerate()
-        .map(|(i, n)| format!("[{}] {n}", color_name(i)))
-        .collect::<Vec<_>>()
-        .join("    ");
-    top.draw_text(
-        &legend,
-        &("sans-serif", 18).into_font().color(&BLACK),
-        (20, 12),
-    )
-    .map_err(|e| fail(e.to_string()))?;
+        .map(|r| {
+            let (w, _) = root
+                .estimate_text_size(&r.name, &legend_font)
+                .map_err(|e| fail(e.to_string()))?;
+            Ok(LEGEND_SWATCH + LEGEND_GAP + w)
+        })
+        .collect::<Result<Vec<u32>, PlotError>>()?;
+    let lines = legend_lines(&entry_widths, width - 2 * LEGEND_MARGIN, LEGEND_SPACING);
+    let legend_height = LEGEND_MARGIN + LEGEND_LINE * lines.len() as u32;
+    let (top, body) = root.split_vertically(legend_height);
+    for (l, line) in lines.iter().enumerate() {
+        let y = (LEGEND_MARGIN / 2 + LEGEND_LINE * l as u32) as i32;
+        let mut x = LEGEND_MARGIN as i32;
+        for &i in line {
+            let color = COLORS[i % COLORS.len()];
+            let mid = y + LEGEND_LINE as i32 / 2;
+            top.draw(&Rectangle::new(
+                [(x, mid - 2), (x + LEGEND_SWATCH as i32, mid + 2)],
+                color.filled(),
+            ))
+            .map_err(|e| fail(e.to_string()))?;
+            top.draw_text(
+                &runs[i].name,
+                &legend_font,
+                (x + (LEGEND_SWATCH + LEGEND_GAP) as i32, mid - 9),
+            )
+            .map_err(|e| fail(e.to_string()))?;
+            x += (entry_widths[i] + LEGEND_SPACING) as i32;
+        }
+    }
     let columns = panels.len();
     let areas = body.split_evenly((2, columns));
     for (p, panel) in panels.iter().enumerate() {
@@ -448,10 +469,33 @@ pub fn draw(runs: &[RunCurves], out: &Path, font: Option<&Path>) -> Result<(), P
     Ok(())
 }
 
-fn color_name(i: usize) -> &'static str {
-    [
-        "blue", "orange", "green", "red", "purple", "brown", "pink", "grey", "olive", "cyan",
-    ][i % COLORS.len()]
+/// The legend's layout, in pixels: the margin around it, the height of one of its lines, the
+/// length of a run's colour swatch, the space between swatch and name, and between entries.
+const LEGEND_MARGIN: u32 = 20;
+const LEGEND_LINE: u32 = 24;
+const LEGEND_SWATCH: u32 = 28;
+const LEGEND_GAP: u32 = 8;
+const LEGEND_SPACING: u32 = 28;
+
+/// The legend's entries (indices) line by line: in order, as many on a line as fit in `width`
+/// with `spacing` between them, at least one per line (a name wider than the picture still
+/// gets its line).
+fn legend_lines(widths: &[u32], width: u32, spacing: u32) -> Vec<Vec<usize>> {
+    let mut lines: Vec<Vec<usize>> = Vec::new();
+    let mut used = 0;
+    for (i, &w) in widths.iter().enumerate() {
+        match lines.last_mut() {
+            Some(line) if used + spacing + w <= width => {
+                line.push(i);
+                used += spacing + w;
+            }
+            _ => {
+                lines.push(vec![i]);
+                used = w;
+            }
+        }
+    }
+    lines
 }
 
 fn draw_panel(
@@ -511,6 +555,22 @@ fn draw_panel(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_legend_wraps_its_entries_in_order_onto_lines_that_fit() {
+        // 100 + 10 + 100 fits in 250; the third would need 320.
+        assert_eq!(
+            legend_lines(&[100, 100, 100, 40], 250, 10),
+            vec![vec![0, 1], vec![2, 3]]
+        );
+        assert_eq!(legend_lines(&[30, 30, 30], 1000, 10), vec![vec![0, 1, 2]]);
+        // A name wider than the picture gets a line of its own.
+        assert_eq!(
+            legend_lines(&[50, 400, 50], 300, 10),
+            vec![vec![0], vec![1], vec![2]]
+        );
+        assert!(legend_lines(&[], 300, 10).is_empty());
+    }
 
     #[test]
     fn axis_numbers_read_100k_not_100000() {
