@@ -417,7 +417,7 @@ pub fn draw(runs: &[RunCurves], out: &Path, font: Option<&Path>) -> Result<(), P
     let width = if panels.len() >= 3 { 1500 } else { 1000 };
     let root = BitMapBackend::new(out, (width, 800)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
-    let legend_font = ("sans-serif", 16).into_font().color(&BLACK);
+    let legend_font = ("sans-serif", LEGEND_FONT).into_font().color(&BLACK);
     // Each entry: a swatch of the run's colour, then its name; entries wrap onto as many
     // lines as the width needs.
     let entry_widths = runs
@@ -433,20 +433,22 @@ pub fn draw(runs: &[RunCurves], out: &Path, font: Option<&Path>) -> Result<(), P
     let legend_height = LEGEND_MARGIN + LEGEND_LINE * lines.len() as u32;
     let (top, body) = root.split_vertically(legend_height);
     for (l, line) in lines.iter().enumerate() {
-        let y = (LEGEND_MARGIN / 2 + LEGEND_LINE * l as u32) as i32;
+        // The line's middle: the swatch is centred on it, and so is the name's text box.
+        let mid = (LEGEND_MARGIN / 2 + LEGEND_LINE * l as u32 + LEGEND_LINE / 2) as i32;
         let mut x = LEGEND_MARGIN as i32;
         for &i in line {
-            let color = COLORS[i % COLORS.len()];
-            let mid = y + LEGEND_LINE as i32 / 2;
             top.draw(&Rectangle::new(
                 [(x, mid - 2), (x + LEGEND_SWATCH as i32, mid + 2)],
-                color.filled(),
+                run_color(i).filled(),
             ))
             .map_err(|e| fail(e.to_string()))?;
             top.draw_text(
                 &runs[i].name,
                 &legend_font,
-                (x + (LEGEND_SWATCH + LEGEND_GAP) as i32, mid - 9),
+                (
+                    x + (LEGEND_SWATCH + LEGEND_GAP) as i32,
+                    mid - (LEGEND_FONT / 2.0) as i32,
+                ),
             )
             .map_err(|e| fail(e.to_string()))?;
             x += (entry_widths[i] + LEGEND_SPACING) as i32;
@@ -469,8 +471,15 @@ pub fn draw(runs: &[RunCurves], out: &Path, font: Option<&Path>) -> Result<(), P
     Ok(())
 }
 
-/// The legend's layout, in pixels: the margin around it, the height of one of its lines, the
-/// length of a run's colour swatch, the space between swatch and name, and between entries.
+/// The colour of the `i`th run: its lines and its legend swatch.
+fn run_color(i: usize) -> RGBColor {
+    COLORS[i % COLORS.len()]
+}
+
+/// The legend's layout, in pixels: its font size, the margin around it, the height of one of
+/// its lines, the length of a run's colour swatch, the space between swatch and name, and
+/// between entries.
+const LEGEND_FONT: f64 = 16.0;
 const LEGEND_MARGIN: u32 = 20;
 const LEGEND_LINE: u32 = 24;
 const LEGEND_SWATCH: u32 = 28;
@@ -544,9 +553,11 @@ fn draw_panel(
         .draw()
         .map_err(|e| e.to_string())?;
     for (i, line) in lines.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
         chart
-            .draw_series(LineSeries::new(line.iter().copied(), color.stroke_width(2)))
+            .draw_series(LineSeries::new(
+                line.iter().copied(),
+                run_color(i).stroke_width(2),
+            ))
             .map_err(|e| e.to_string())?;
     }
     Ok(())
