@@ -629,6 +629,110 @@ impl HostTrunk {
     }
 }
 
+/// A trunk's parameters unpacked for both passes, for a caller that hands out the chunks of
+/// samples itself: the host conv loss runs a whole unrolled step on each chunk, one chunk per
+/// thread, so each call here works on the calling thread alone. The same layer code as the
+/// op's, so the same results.
+pub struct TrunkOnChunks {
+    op: HostTrunk,
+    forward: Vec<LayerParams>,
+    backward: Vec<LayerParams>,
+}
+
+/// What [`TrunkOnChunks::forward`] keeps of a chunk for its backward pass.
+pub struct ChunkActivations(Option<ChunkSaved>);
+
+impl TrunkOnChunks {
+    /// The trunk of `shape` with `packed` parameters: per layer, in order, the filters
+    /// `[channels, in, k, k]`, the bias, the norm's scale and its shift.
+    pub fn new(shape: TrunkShape, packed: &[f32]) -> candle_core::Result<Self> {
+        if packed.len() != shape.param_len() || shape.kernel.is_multiple_of(2) {
+            candle_core::bail!(
+                "host conv trunk: {} parameter values for {shape:?} (needs {}, an odd kernel)",
+                packed.len(),
+                shape.param_len()
+            );
+        }
+        if shape.layers() == 0 && shape.input != shape.channels {
+            candle_core::bail!("host conv trunk: no layer to turn {shape:?}'s channels");
+        }
+        Ok(Self {
+            op: HostTrunk {
+                shape,
+                keep: true,
+                input_grad: true,
+                saved: Mutex::new(None),
+            },
+            forward: unpack(&shape, packed, Pass::Forward),
+            backward: unpack(&shape, packed, Pass::Backward),
+        })
+    }
+
+    pub fn shape(&self) -> &TrunkShape {
+        &self.op.shape
+    }
+
+    /// Values of the packed parameters (and of their gradient).
+    pub fn param_len(&self) -> usize {
+        self.op.shape.param_len()
+    }
+
+    /// The trunk over `x` (`[n, input, H, W]`, channels-first) into `out` (`[n, channels, H,
+    /// W]`), keeping what the backward pass needs.
+    pub fn forward(&self, x: &[f32], out: &mut [f32]) -> ChunkActivations {
+        if self.forward.is_empty() {
+            out.copy_from_slice(x);
+            return ChunkActivations(None);
+        }
+        ChunkActivations(self.op.forward_chunk(&self.forward, x, out))
+    }
+
+    /// The backward pass of [`Self::forward`]'s chunk for the output's gradient `grad`: adds
+    /// the parameters' gradients into `grads` (packed, filters in patch-row order: see
+    /// [`Self::in_parameter_order`]) and writes the input's gradient into `dx` when given.
+    pub fn backward(
+        &self,
+        saved: &ChunkActivations,
+        grad: &[f32],
+        dx: Option<&mut [f32]>,
+        grads: &mut [f32],
+    ) {
+        let Some(saved) = &saved.0 else {
+            if let Some(dx) = dx {
+                dx.copy_from_slice(grad);
+            }
+            return;
+        };
+        let layers = self.op.backward_chunk(&self.backward, saved, grad, dx);
+        let mut at = 0;
+        for layer in layers {
+            for (g, v) in grads[at..at + layer.len()].iter_mut().zip(&layer) {
+                *g += v;
+            }
+            at += layer.len();
+        }
+    }
+
+    /// Gradients gathered by [`Self::backward`] in the parameters' own order and layout.
+    pub fn in_parameter_order(&self, grads: &[f32]) -> Vec<f32> {
+        let shape = &self.op.shape;
+        let mut out = Vec::with_capacity(grads.len());
+        let mut at = 0;
+        for l in 0..shape.layers() {
+            let (len, flen) = (shape.layer_params(l), shape.filter_len(l));
+            let layer = &grads[at..at + len];
+            out.extend(rows_to_filters(
+                &layer[..flen],
+                shape.layer_input(l),
+                shape.kernel,
+            ));
+            out.extend_from_slice(&layer[flen..]);
+            at += len;
+        }
+        out
+    }
+}
+
 impl CustomOp2 for HostTrunk {
     fn name(&self) -> &'static str {
         "cumind-host-conv-trunk"

@@ -105,42 +105,44 @@ impl Batch {
             return None;
         }
         let n = self.batch_size / parts;
+        Some((0..parts).map(|p| self.rows(p * n, (p + 1) * n)).collect())
+    }
+
+    /// Consecutive batches of `rows` samples each, the last one shorter when `rows` does not
+    /// divide the batch size (none for an empty batch).
+    pub fn chunks(&self, rows: usize) -> Vec<Batch> {
+        let rows = rows.max(1);
+        (0..self.batch_size.div_ceil(rows))
+            .map(|c| self.rows(c * rows, ((c + 1) * rows).min(self.batch_size)))
+            .collect()
+    }
+
+    /// Samples `lo..hi` as a batch of their own.
+    fn rows(&self, lo: usize, hi: usize) -> Batch {
         let (k, steps) = (self.num_unroll_steps, self.num_unroll_steps + 1);
         let (o, a) = (self.obs_len, self.num_actions);
-        Some(
-            (0..parts)
-                .map(|p| {
-                    let (lo, hi) = (p * n, (p + 1) * n);
-                    Batch {
-                        batch_size: n,
-                        num_unroll_steps: k,
-                        obs_len: o,
-                        num_actions: a,
-                        observations: self.observations[lo * o..hi * o].to_vec(),
-                        actions: self.actions[lo * k..hi * k].to_vec(),
-                        target_values: self.target_values[lo * steps..hi * steps].to_vec(),
-                        target_rewards: self.target_rewards[lo * steps..hi * steps].to_vec(),
-                        target_policies: self.target_policies[lo * steps * a..hi * steps * a]
-                            .to_vec(),
-                        policy_mask: self.policy_mask[lo * steps..hi * steps].to_vec(),
-                        value_mask: self.value_mask[lo * steps..hi * steps].to_vec(),
-                        weights: self.weights[lo..hi].to_vec(),
-                        ids: self.ids[lo..hi].to_vec(),
-                        reward_sums: self.reward_sums[lo * steps..hi * steps].to_vec(),
-                        bootstrap_discounts: self.bootstrap_discounts[lo * steps..hi * steps]
-                            .to_vec(),
-                        bootstrap_observations: self.bootstrap_observations
-                            [lo * steps * o..hi * steps * o]
-                            .to_vec(),
-                        unroll_observations: self.unroll_observations
-                            [lo * steps * o..hi * steps * o]
-                            .to_vec(),
-                        observation_mask: self.observation_mask[lo * steps..hi * steps].to_vec(),
-                        symmetries: self.symmetries[lo..hi].to_vec(),
-                    }
-                })
-                .collect(),
-        )
+        Batch {
+            batch_size: hi - lo,
+            num_unroll_steps: k,
+            obs_len: o,
+            num_actions: a,
+            observations: self.observations[lo * o..hi * o].to_vec(),
+            actions: self.actions[lo * k..hi * k].to_vec(),
+            target_values: self.target_values[lo * steps..hi * steps].to_vec(),
+            target_rewards: self.target_rewards[lo * steps..hi * steps].to_vec(),
+            target_policies: self.target_policies[lo * steps * a..hi * steps * a].to_vec(),
+            policy_mask: self.policy_mask[lo * steps..hi * steps].to_vec(),
+            value_mask: self.value_mask[lo * steps..hi * steps].to_vec(),
+            weights: self.weights[lo..hi].to_vec(),
+            ids: self.ids[lo..hi].to_vec(),
+            reward_sums: self.reward_sums[lo * steps..hi * steps].to_vec(),
+            bootstrap_discounts: self.bootstrap_discounts[lo * steps..hi * steps].to_vec(),
+            bootstrap_observations: self.bootstrap_observations[lo * steps * o..hi * steps * o]
+                .to_vec(),
+            unroll_observations: self.unroll_observations[lo * steps * o..hi * steps * o].to_vec(),
+            observation_mask: self.observation_mask[lo * steps..hi * steps].to_vec(),
+            symmetries: self.symmetries[lo..hi].to_vec(),
+        }
     }
 }
 

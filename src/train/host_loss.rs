@@ -8,8 +8,9 @@
 //! element-wise loops over buffers, and nothing else. It computes the same function as
 //! [`super::loss::unrolled_loss_with`] (same layers, same masks and weights, the gradient into
 //! the dynamics halved), to float rounding (tested against it parameter by parameter). The
-//! consistency loss, conv networks, other dtypes and CUDA keep the tensor path
-//! ([`supports`]).
+//! consistency loss, other dtypes and CUDA keep the tensor path ([`supports`]). The unroll
+//! (`rows_loss`) drives any network that implements `UnrollNetworks`: the conv networks'
+//! implementation is in [`super::host_conv_loss`].
 
 use std::collections::HashMap;
 
@@ -48,7 +49,7 @@ pub struct HostLoss {
 
 /// `y = x W^T + b` with `W` `[out, in]` as stored, and its gradients.
 #[derive(Clone)]
-struct Linear {
+pub(super) struct Linear {
     name: String,
     weight: Vec<f32>,
     bias: Vec<f32>,
@@ -59,7 +60,7 @@ struct Linear {
 }
 
 impl Linear {
-    fn load(params: &Weights, name: &str) -> Result<Self, NetworkError> {
+    pub(super) fn load(params: &Weights, name: &str) -> Result<Self, NetworkError> {
         let weight_name = format!("{name}.weight");
         let weight = params.get(&weight_name)?;
         let (outputs, inputs) = weight.dims2()?;
@@ -77,7 +78,7 @@ impl Linear {
     }
 
     /// `x`: `[rows, inputs]` -> `[rows, outputs]`.
-    fn forward(&self, x: &[f32], rows: usize) -> Vec<f32> {
+    pub(super) fn forward(&self, x: &[f32], rows: usize) -> Vec<f32> {
         let mut out = Vec::with_capacity(rows * self.outputs);
         for _ in 0..rows {
             out.extend_from_slice(&self.bias);
@@ -97,7 +98,13 @@ impl Linear {
 
     /// Adds the gradients of `W` and `b` for input `x` and output gradient `dy`; returns the
     /// input's gradient when `want_input`.
-    fn backward(&mut self, x: &[f32], dy: &[f32], rows: usize, want_input: bool) -> Vec<f32> {
+    pub(super) fn backward(
+        &mut self,
+        x: &[f32],
+        dy: &[f32],
+        rows: usize,
+        want_input: bool,
+    ) -> Vec<f32> {
         // dW[o, i] += sum_r dy[r, o] x[r, i]: A = dy^T (row stride 1, column stride outputs).
         gemm_strided(
             self.outputs,
@@ -129,7 +136,7 @@ impl Linear {
         dx
     }
 
-    fn gradients(self, out: &mut HashMap<String, Vec<f32>>) {
+    pub(super) fn gradients(self, out: &mut HashMap<String, Vec<f32>>) {
         out.insert(format!("{}.weight", self.name), self.grad_weight);
         out.insert(format!("{}.bias", self.name), self.grad_bias);
     }
@@ -187,7 +194,7 @@ impl Norm {
 }
 
 /// `grad` zeroed where the ReLU's output `out` is not positive.
-fn relu_backward(out: &[f32], grad: &mut [f32]) {
+pub(super) fn relu_backward(out: &[f32], grad: &mut [f32]) {
     for (g, &o) in grad.iter_mut().zip(out) {
         if o <= 0.0 {
             *g = 0.0;
@@ -195,7 +202,7 @@ fn relu_backward(out: &[f32], grad: &mut [f32]) {
     }
 }
 
-fn add_into(dst: &mut [f32], src: &[f32]) {
+pub(super) fn add_into(dst: &mut [f32], src: &[f32]) {
     for (d, s) in dst.iter_mut().zip(src) {
         *d += s;
     }
@@ -332,7 +339,7 @@ fn row_min_max(row: &[f32]) -> (f32, f32) {
 /// The gradient of [`min_max_scale`]'s input `u`, given its output `y` and the output's
 /// gradient `dy`. As candle's `min`/`max` do, every element equal to the row's minimum
 /// (maximum) receives the minimum's (maximum's) whole gradient.
-fn min_max_scale_backward(u: &[f32], y: &[f32], dy: &[f32], width: usize) -> Vec<f32> {
+pub(super) fn min_max_scale_backward(u: &[f32], y: &[f32], dy: &[f32], width: usize) -> Vec<f32> {
     let mut du = vec![0f32; u.len()];
     for ((u, y), (dy, du)) in u
         .chunks_exact(width)
@@ -387,26 +394,26 @@ fn soft_cross_entropy(
 
 /// A head on a trunk's output: `second(relu(first(h)))`.
 #[derive(Clone)]
-struct Head {
+pub(super) struct Head {
     first: Linear,
     second: Linear,
 }
 
-struct HeadTrace {
+pub(super) struct HeadTrace {
     /// `relu(first(h))`.
     hidden: Vec<f32>,
-    logits: Vec<f32>,
+    pub(super) logits: Vec<f32>,
 }
 
 impl Head {
-    fn load(params: &Weights, first: &str, second: &str) -> Result<Self, NetworkError> {
+    pub(super) fn load(params: &Weights, first: &str, second: &str) -> Result<Self, NetworkError> {
         Ok(Self {
             first: Linear::load(params, first)?,
             second: Linear::load(params, second)?,
         })
     }
 
-    fn forward(&self, h: &[f32], rows: usize) -> HeadTrace {
+    pub(super) fn forward(&self, h: &[f32], rows: usize) -> HeadTrace {
         let mut hidden = self.first.forward(h, rows);
         relu_in_place(&mut hidden);
         let logits = self.second.forward(&hidden, rows);
@@ -414,13 +421,19 @@ impl Head {
     }
 
     /// The gradient of `h` from the logits' gradient `dlogits`.
-    fn backward(&mut self, h: &[f32], trace: &HeadTrace, dlogits: &[f32], rows: usize) -> Vec<f32> {
+    pub(super) fn backward(
+        &mut self,
+        h: &[f32],
+        trace: &HeadTrace,
+        dlogits: &[f32],
+        rows: usize,
+    ) -> Vec<f32> {
         let mut dhidden = self.second.backward(&trace.hidden, dlogits, rows, true);
         relu_backward(&trace.hidden, &mut dhidden);
         self.first.backward(h, &dhidden, rows, true)
     }
 
-    fn gradients(self, out: &mut HashMap<String, Vec<f32>>) {
+    pub(super) fn gradients(self, out: &mut HashMap<String, Vec<f32>>) {
         self.first.gradients(out);
         self.second.gradients(out);
     }
@@ -482,6 +495,66 @@ impl Networks {
             ),
         })
     }
+}
+
+/// The three networks on host buffers with their gradient buffers, as the unrolled loss
+/// ([`rows_loss`]) drives them: the MLP networks here, the conv ones in
+/// `super::host_conv_loss`. Traces keep what each call's backward pass needs.
+pub(super) trait UnrollNetworks {
+    /// What the representation or a dynamics call keeps (the latent it made among it).
+    type Latent;
+    /// What a prediction call keeps.
+    type Prediction;
+
+    /// The latent state a representation or dynamics call made.
+    fn latent(trace: &Self::Latent) -> &[f32];
+    /// The policy logits and the value logits of a prediction.
+    fn logits(trace: &Self::Prediction) -> (&[f32], &[f32]);
+    /// The representation of `rows` (scaled) observations.
+    fn represent(&self, observations: Vec<f32>, rows: usize) -> Self::Latent;
+    /// The dynamics from `latent` with `actions` (checked against the action count); the
+    /// reward head's trace beside it.
+    fn dynamics(
+        &self,
+        latent: &[f32],
+        actions: &[usize],
+    ) -> Result<(Self::Latent, HeadTrace), NetworkError>;
+    fn predict(&self, latent: &[f32], rows: usize) -> Self::Prediction;
+    /// The latent's gradient from the prediction's logit gradients.
+    fn predict_backward(
+        &mut self,
+        latent: &[f32],
+        trace: &Self::Prediction,
+        dpolicy: &[f32],
+        dvalue: &[f32],
+        rows: usize,
+    ) -> Vec<f32>;
+    /// The input latent's gradient (before the dynamics' gradient scale) from the next
+    /// latent's gradient and the reward logits' gradient.
+    fn dynamics_backward(
+        &mut self,
+        trace: &Self::Latent,
+        reward: &HeadTrace,
+        dlatent: &[f32],
+        dreward: &[f32],
+        rows: usize,
+    ) -> Vec<f32>;
+    fn representation_backward(&mut self, trace: &Self::Latent, dlatent: &[f32], rows: usize);
+    /// Every parameter's gradient by name.
+    fn gradients(self) -> HashMap<String, Vec<f32>>;
+}
+
+impl UnrollNetworks for Networks {
+    type Latent = LatentTrace;
+    type Prediction = PredictionTrace;
+
+    fn latent(trace: &LatentTrace) -> &[f32] {
+        &trace.latent
+    }
+
+    fn logits(trace: &PredictionTrace) -> (&[f32], &[f32]) {
+        (&trace.policy_logits, &trace.value.logits)
+    }
 
     fn represent(&self, observations: Vec<f32>, rows: usize) -> LatentTrace {
         let (trunk, out) = &self.representation;
@@ -497,8 +570,6 @@ impl Networks {
         }
     }
 
-    /// The dynamics from `latent` with `actions` (checked against the action count); the
-    /// reward head's trace beside it.
     fn dynamics(
         &self,
         latent: &[f32],
@@ -545,7 +616,6 @@ impl Networks {
         }
     }
 
-    /// The latent's gradient from the prediction's logit gradients.
     fn predict_backward(
         &mut self,
         latent: &[f32],
@@ -561,8 +631,6 @@ impl Networks {
         trunk.backward(latent, &trace.trunk, dh, rows, true)
     }
 
-    /// The input latent's gradient (before the dynamics' gradient scale) from the next
-    /// latent's gradient and the reward logits' gradient.
     fn dynamics_backward(
         &mut self,
         trace: &LatentTrace,
@@ -636,7 +704,7 @@ pub fn host_unrolled_loss(
     }
     let nets = Networks::load(network)?;
     let b = batch.batch_size;
-    let (values, mut by_name) = match batch.split(2).filter(|_| b >= SPLIT_ROWS) {
+    let (values, by_name) = match batch.split(2).filter(|_| b >= SPLIT_ROWS) {
         Some(halves) => {
             let (first_targets, second_targets) =
                 target_values.split_at(b / 2 * (batch.num_unroll_steps + 1));
@@ -663,21 +731,41 @@ pub fn host_unrolled_loss(
                     )
                 },
             );
-            let ((mut values, mut grads), (more, more_grads)) = (first?, second?);
-            values.total += more.total;
-            values.value += more.value;
-            values.reward += more.reward;
-            values.policy += more.policy;
-            values.priorities.extend(more.priorities);
-            for (name, g) in more_grads {
-                if let Some(sum) = grads.get_mut(&name) {
-                    add_into(sum, &g);
-                }
-            }
-            (values, grads)
+            let mut sum = first?;
+            add_rows(&mut sum, second?);
+            sum
         }
         None => rows_loss(network, nets, batch, target_values, value_loss_weight, b)?,
     };
+    in_parameter_order(network, values, by_name)
+}
+
+/// The loss and gradients of a batch's rows, as [`rows_loss`] gives them.
+pub(super) type RowsLoss = (LossValues, HashMap<String, Vec<f32>>);
+
+/// Adds the loss of the rows that follow `sum`'s into it: the values, the priorities after
+/// `sum`'s, the gradients by name.
+pub(super) fn add_rows(sum: &mut RowsLoss, (more, more_grads): RowsLoss) {
+    let (values, grads) = sum;
+    values.total += more.total;
+    values.value += more.value;
+    values.reward += more.reward;
+    values.policy += more.policy;
+    values.priorities.extend(more.priorities);
+    for (name, g) in more_grads {
+        if let Some(sum) = grads.get_mut(&name) {
+            add_into(sum, &g);
+        }
+    }
+}
+
+/// The gradients by name as tensors in `network`'s parameter order (`None` for a parameter
+/// without one).
+pub(super) fn in_parameter_order(
+    network: &MuZeroNetwork,
+    values: LossValues,
+    mut by_name: HashMap<String, Vec<f32>>,
+) -> Result<HostLoss, NetworkError> {
     let gradients = network
         .params()
         .named()
@@ -691,14 +779,14 @@ pub fn host_unrolled_loss(
 
 /// The loss of `batch`'s rows, each weighted `weight / divisor` (the whole batch's size), and
 /// its gradients by parameter name.
-fn rows_loss(
+pub(super) fn rows_loss<N: UnrollNetworks>(
     network: &MuZeroNetwork,
-    mut nets: Networks,
+    mut nets: N,
     batch: &Batch,
     target_values: &[f32],
     value_loss_weight: f64,
     divisor: usize,
-) -> Result<(LossValues, HashMap<String, Vec<f32>>), NetworkError> {
+) -> Result<RowsLoss, NetworkError> {
     let spec = network.spec();
     let (b, k_steps, a) = (batch.batch_size, batch.num_unroll_steps, batch.num_actions);
     let steps = k_steps + 1;
@@ -708,9 +796,9 @@ fn rows_loss(
     let value_weight = value_loss_weight as f32;
 
     // Forward, with each head's loss and its logit gradient as soon as its logits exist.
-    let mut latents: Vec<LatentTrace> = Vec::with_capacity(steps);
+    let mut latents: Vec<N::Latent> = Vec::with_capacity(steps);
     let mut rewards: Vec<HeadTrace> = Vec::with_capacity(k_steps);
-    let mut predictions: Vec<PredictionTrace> = Vec::with_capacity(steps);
+    let mut predictions: Vec<N::Prediction> = Vec::with_capacity(steps);
     let mut dvalue: Vec<Vec<f32>> = Vec::with_capacity(steps);
     let mut dpolicy: Vec<Vec<f32>> = Vec::with_capacity(steps);
     let mut dreward: Vec<Vec<f32>> = Vec::with_capacity(k_steps);
@@ -740,7 +828,7 @@ fn rows_loss(
             latents.push(nets.represent(observations, b));
         } else {
             let actions: Vec<usize> = (0..b).map(|i| batch.actions[i * k_steps + k - 1]).collect();
-            let (trace, reward) = nets.dynamics(&latents[k - 1].latent, &actions)?;
+            let (trace, reward) = nets.dynamics(N::latent(&latents[k - 1]), &actions)?;
             latents.push(trace);
             let targets = step_rows(&reward_probs, b, steps, k, rs);
             dreward.push(head(
@@ -752,10 +840,11 @@ fn rows_loss(
             ));
             rewards.push(reward);
         }
-        let prediction = nets.predict(&latents[k].latent, b);
+        let prediction = nets.predict(N::latent(&latents[k]), b);
+        let (policy_logits, value_logits) = N::logits(&prediction);
         let targets = step_rows(&value_probs, b, steps, k, vs);
         dvalue.push(head(
-            &prediction.value.logits,
+            value_logits,
             targets,
             &value_mask,
             value_weight,
@@ -763,7 +852,7 @@ fn rows_loss(
         ));
         let targets = step_rows(&batch.target_policies, b, steps, k, a);
         dpolicy.push(head(
-            &prediction.policy_logits,
+            policy_logits,
             targets,
             &policy_mask,
             1.0,
@@ -773,7 +862,7 @@ fn rows_loss(
     }
     let first_values = spec
         .value_support
-        .logits_to_scalars(&predictions[0].value.logits);
+        .logits_to_scalars(N::logits(&predictions[0]).1);
     let priorities = first_values
         .iter()
         .enumerate()
@@ -785,7 +874,7 @@ fn rows_loss(
     let mut from_next: Option<Vec<f32>> = None;
     for k in (0..steps).rev() {
         let mut dlatent = nets.predict_backward(
-            &latents[k].latent,
+            N::latent(&latents[k]),
             &predictions[k],
             &dpolicy[k],
             &dvalue[k],

@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 
-use super::host_loss;
 use super::loss::{unrolled_loss_with, LossOutput, LossValues, LossWeights};
 use super::optimizer::{AdamW, AdamWConfig, LrSchedule};
+use super::{host_conv_loss, host_loss};
 use crate::distributed::Collective;
 use crate::network::host_mlp::HostMlp;
 use crate::network::{MuZeroNetwork, NetworkError};
@@ -150,7 +150,8 @@ impl Replica {
     }
 
     /// Loss and gradients (in parameter order) of `batch` on this replica: on host buffers
-    /// where [`host_loss::supports`] the network, otherwise with tensors and autograd.
+    /// where [`host_loss::supports`] or [`host_conv_loss::supports`] the network, otherwise
+    /// with tensors and autograd.
     fn gradients(
         &self,
         batch: &Batch,
@@ -159,6 +160,18 @@ impl Replica {
         let targets = self.value_targets(batch, config.value_target)?;
         if host_loss::supports(&self.network, config.consistency_loss_weight) {
             let host = host_loss::host_unrolled_loss(
+                &self.network,
+                batch,
+                &targets,
+                config.value_loss_weight,
+            )?;
+            return Ok(ReplicaResult {
+                grads: host.gradients,
+                loss: ReplicaLoss::Host(host.values),
+            });
+        }
+        if host_conv_loss::supports(&self.network, config.consistency_loss_weight) {
+            let host = host_conv_loss::host_conv_unrolled_loss(
                 &self.network,
                 batch,
                 &targets,

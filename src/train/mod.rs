@@ -2,6 +2,7 @@
 //! that calls it (actors, evaluation, checkpoints, metrics) is [`crate::trainer`].
 
 pub mod adamw_cpu;
+pub mod host_conv_loss;
 pub mod host_loss;
 pub mod learner;
 pub mod loss;
