@@ -26,7 +26,7 @@ use super::host_loss::{
 };
 use crate::network::host_conv_trunk::{ChunkActivations, TrunkOnChunks, TrunkShape};
 use crate::network::host_mlp::{host_values, min_max_scale, relu as relu_in_place, Weights};
-use crate::network::{fused, MuZeroNetwork, NetworkError};
+use crate::network::{fused, MuZeroNetwork, NetworkError, NetworkSpec};
 use crate::replay::Batch;
 
 /// Chunks a batch is cut into (the last may be shorter): enough to keep 16 threads busy,
@@ -86,6 +86,56 @@ pub fn host_conv_unrolled_loss(
     }
     let (values, by_name) = sum;
     in_parameter_order(network, values, by_name)
+}
+
+/// Boards per chunk of [`HostConvValues::values`] (a fixed split; a board's value does not
+/// depend on the others in its chunk).
+const VALUE_CHUNK: usize = 16;
+
+/// A conv network's value of observations on host buffers: the learner's bootstrap values
+/// from its target network, the representation and the prediction over chunks of boards
+/// side by side, with the training step's layer code. Equal to
+/// [`MuZeroNetwork::values`] to float rounding (tested).
+pub struct HostConvValues {
+    nets: ConvNetworks,
+    spec: NetworkSpec,
+}
+
+impl HostConvValues {
+    /// `network`'s weights as they are now (build a new one after they change). `None` where
+    /// [`supports`] does not take the network.
+    pub fn new(network: &MuZeroNetwork) -> Result<Option<Self>, NetworkError> {
+        if !supports(network, 0.0) {
+            return Ok(None);
+        }
+        Ok(Some(Self {
+            nets: ConvNetworks::load(network)?,
+            spec: network.spec().clone(),
+        }))
+    }
+
+    /// The scalar values of `observations` (`[n * obs_len]`, unscaled).
+    pub fn values(&self, observations: &[f32]) -> Result<Vec<f32>, NetworkError> {
+        let (spec, obs_len) = (&self.spec, self.spec.obs_len());
+        if obs_len == 0 || !observations.len().is_multiple_of(obs_len) {
+            return Err(NetworkError::ObservationShape {
+                got: observations.len(),
+                per_observation: obs_len,
+                shape: spec.observation_shape.clone(),
+            });
+        }
+        let scaled = spec.scale_observations(observations);
+        let logits: Vec<Vec<f32>> = scaled
+            .par_chunks(VALUE_CHUNK * obs_len)
+            .map(|chunk| {
+                let rows = chunk.len() / obs_len;
+                let latent = self.nets.represent(chunk.to_vec(), rows);
+                let prediction = self.nets.predict(&latent.latent, rows);
+                prediction.value.logits
+            })
+            .collect();
+        Ok(spec.value_support.logits_to_scalars(&logits.concat()))
+    }
 }
 
 /// A conv trunk with its parameters' names (in the packed order) and its gradient buffer.
@@ -516,8 +566,8 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     /// A conv network over `[c, h, w]` boards with `actions` actions, `channels` channels and
-    /// `blocks` blocks, every parameter moved by a different amount so that the
-    /// zero-initialised heads matter and no two weights tie.
+    /// `blocks` blocks, every parameter moved by an amount of its own (fixed by its name) so
+    /// that the zero-initialised heads matter and no two weights tie.
     fn network(shape: [usize; 3], actions: usize, channels: usize, blocks: usize) -> MuZeroNetwork {
         let spec = NetworkSpec {
             num_blocks: blocks,
@@ -530,8 +580,9 @@ mod tests {
             .to_tensors()
             .unwrap()
             .into_iter()
-            .enumerate()
-            .map(|(p, (name, t))| {
+            .map(|(name, t)| {
+                // Seeded by the name, so that the network is the same in every process.
+                let p: usize = name.bytes().map(usize::from).sum();
                 let noise: Vec<f32> = (0..t.elem_count())
                     .map(|i| 0.1 * ((i * 7 + p * 13) as f32 * 0.37).sin())
                     .collect();
@@ -661,6 +712,58 @@ mod tests {
         };
         let one = run(1);
         assert!(one == run(3));
+    }
+
+    /// The host values equal the network's own (its inference copy's, as the learner's
+    /// target pass used), over several chunks with a short last one; a wrong observation
+    /// length is an error that names it; an MLP network gets none.
+    #[test]
+    fn the_host_conv_values_equal_the_networks_values() {
+        for (shape, channels, blocks) in [([3, 5, 6], 16, 1), ([2, 3, 4], 4, 0)] {
+            // The value head's last layer scaled up, so that the values spread well beyond
+            // the comparison's tolerance.
+            let small = network(shape, 3, channels, blocks);
+            let tensors = small
+                .params()
+                .to_tensors()
+                .unwrap()
+                .into_iter()
+                .map(|(name, t)| {
+                    let scale = if name.starts_with("prediction.value_out") {
+                        30.0
+                    } else {
+                        1.0
+                    };
+                    (name, (t * scale).unwrap())
+                })
+                .collect();
+            let net = MuZeroNetwork::from_tensors(
+                small.spec().clone(),
+                tensors,
+                &Device::Cpu,
+                DType::F32,
+            )
+            .unwrap();
+            let obs_len: usize = shape.iter().product();
+            let mut rng = rand::rngs::StdRng::seed_from_u64(channels as u64);
+            let observations: Vec<f32> = (0..37 * obs_len)
+                .map(|_| f32::from(u8::from(rng.random_bool(0.3))))
+                .collect();
+            let host = HostConvValues::new(&net).unwrap().expect("a conv network");
+            let ours = host.values(&observations).unwrap();
+            let theirs = net.inference_copy().unwrap().values(&observations).unwrap();
+            assert_eq!(ours.len(), 37);
+            for (a, b) in ours.iter().zip(&theirs) {
+                close("value", *a, *b, 1e-4);
+            }
+            assert!(ours.iter().any(|v| (v - ours[0]).abs() > 1e-3));
+            let err = host
+                .values(&observations[1..])
+                .expect_err("a short observation");
+            assert!(matches!(err, NetworkError::ObservationShape { .. }));
+        }
+        let mlp = crate::testing::learner::network();
+        assert!(HostConvValues::new(&mlp).unwrap().is_none());
     }
 
     /// What the host conv loss takes: a conv network in f32 on the CPU, without a value

@@ -965,8 +965,9 @@ mod tests {
     use candle_core::DType;
     use rand::SeedableRng;
 
-    /// `testing::learner`'s network with `blocks` residual blocks, every parameter moved by a
-    /// different amount so that the zero-initialised heads matter and no two weights tie.
+    /// `testing::learner`'s network with `blocks` residual blocks, every parameter moved by an
+    /// amount of its own (fixed by its name) so that the zero-initialised heads matter and no
+    /// two weights tie.
     fn network(blocks: usize) -> MuZeroNetwork {
         let spec = NetworkSpec {
             num_blocks: blocks,
@@ -978,8 +979,9 @@ mod tests {
             .to_tensors()
             .unwrap()
             .into_iter()
-            .enumerate()
-            .map(|(p, (name, t))| {
+            .map(|(name, t)| {
+                // Seeded by the name, so that the network is the same in every process.
+                let p: usize = name.bytes().map(usize::from).sum();
                 let n = t.elem_count();
                 let noise: Vec<f32> = (0..n)
                     .map(|i| 0.1 * ((i * 7 + p * 13) as f32 * 0.37).sin())

@@ -10,9 +10,10 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 
+use super::host_conv_loss::{self, HostConvValues};
+use super::host_loss;
 use super::loss::{unrolled_loss_with, LossOutput, LossValues, LossWeights};
 use super::optimizer::{AdamW, AdamWConfig, LrSchedule};
-use super::{host_conv_loss, host_loss};
 use crate::distributed::Collective;
 use crate::network::host_mlp::HostMlp;
 use crate::network::{MuZeroNetwork, NetworkError};
@@ -74,6 +75,8 @@ struct Replica {
     /// `target` on the host ([`HostMlp`]) where supported: the bootstrap values without
     /// tensors. Rebuilt with `target_inference`.
     target_host: Option<HostMlp>,
+    /// The same for a conv `target` ([`HostConvValues`]).
+    target_conv: Option<HostConvValues>,
     optimizer: AdamW,
 }
 
@@ -88,11 +91,13 @@ impl Replica {
         let optimizer = AdamW::new(named, config.optimizer.clone())?;
         let target_inference = target.inference_copy()?;
         let target_host = host_copy(&target)?;
+        let target_conv = HostConvValues::new(&target)?;
         Ok(Self {
             network,
             target,
             target_inference,
             target_host,
+            target_conv,
             optimizer,
         })
     }
@@ -101,6 +106,7 @@ impl Replica {
     fn target_changed(&mut self) -> Result<(), NetworkError> {
         self.target_inference = self.target.inference_copy()?;
         self.target_host = host_copy(&self.target)?;
+        self.target_conv = HostConvValues::new(&self.target)?;
         Ok(())
     }
 
@@ -132,7 +138,10 @@ impl Replica {
                             let support = &self.target.spec().value_support;
                             support.logits_to_scalars(&out.value_logits)
                         }
-                        None => self.target_inference.values(&observations)?,
+                        None => match &self.target_conv {
+                            Some(host) => host.values(&observations)?,
+                            None => self.target_inference.values(&observations)?,
+                        },
                     };
                     for (&i, v) in needed.iter().zip(computed) {
                         values[i] = v;
