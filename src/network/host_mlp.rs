@@ -330,11 +330,7 @@ impl HostMlp {
                 "host inference needs an MLP network computing in f32 on the CPU".into(),
             )));
         }
-        let tensors: HashMap<String, Tensor> = network
-            .params()
-            .named()
-            .map(|(name, var)| (name.clone(), var.as_tensor().clone()))
-            .collect();
+        let tensors = network.params().tensors_by_name();
         Self::from_tensors(network.spec(), &tensors)
     }
 

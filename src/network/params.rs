@@ -56,6 +56,15 @@ impl Params {
             .collect()
     }
 
+    /// Every parameter's tensor by name, sharing its storage (no copy): what the host paths
+    /// read their weights from.
+    pub fn tensors_by_name(&self) -> HashMap<String, Tensor> {
+        self.vars
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
+            .collect()
+    }
+
     /// Overwrite every parameter with the values of `other` (same names and shapes).
     pub fn copy_from(&self, other: &Params) -> Result<(), NetworkError> {
         for (name, var) in &self.vars {

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use candle_core::{DType, Tensor};
+use candle_core::DType;
 use rayon::prelude::*;
 
 use super::host_loss::{
@@ -372,11 +372,7 @@ struct PredictionTrace {
 impl ConvNetworks {
     fn load(network: &MuZeroNetwork) -> Result<Self, NetworkError> {
         let spec = network.spec();
-        let tensors: HashMap<String, Tensor> = network
-            .params()
-            .named()
-            .map(|(name, var)| (name.clone(), var.as_tensor().clone()))
-            .collect();
+        let tensors = network.params().tensors_by_name();
         let params = Weights(&tensors);
         let shape = &spec.observation_shape;
         let (c, board) = (shape[0], (shape[1], shape[2]));
@@ -561,36 +557,19 @@ mod tests {
     use super::*;
     use crate::network::NetworkSpec;
     use crate::replay::{GameHistory, ReplayBuffer, ReplayConfig};
-    use crate::train::loss::unrolled_loss;
+    use crate::train::host_loss::tests::{assert_equals_tensor_path, close, perturbed};
     use candle_core::Device;
     use rand::{Rng, SeedableRng};
 
     /// A conv network over `[c, h, w]` boards with `actions` actions, `channels` channels and
-    /// `blocks` blocks, every parameter moved by an amount of its own (fixed by its name) so
-    /// that the zero-initialised heads matter and no two weights tie.
+    /// `blocks` blocks, perturbed as the MLP tests' is.
     fn network(shape: [usize; 3], actions: usize, channels: usize, blocks: usize) -> MuZeroNetwork {
         let spec = NetworkSpec {
             num_blocks: blocks,
             conv_channels: channels,
             ..crate::testing::specs::tiny_spec(shape.to_vec(), actions)
         };
-        let start = MuZeroNetwork::new(spec.clone(), 7, &Device::Cpu, DType::F32).unwrap();
-        let tensors = start
-            .params()
-            .to_tensors()
-            .unwrap()
-            .into_iter()
-            .map(|(name, t)| {
-                // Seeded by the name, so that the network is the same in every process.
-                let p: usize = name.bytes().map(usize::from).sum();
-                let noise: Vec<f32> = (0..t.elem_count())
-                    .map(|i| 0.1 * ((i * 7 + p * 13) as f32 * 0.37).sin())
-                    .collect();
-                let noise = Tensor::from_vec(noise, t.shape(), &Device::Cpu).unwrap();
-                (name, (t + noise).unwrap())
-            })
-            .collect();
-        MuZeroNetwork::from_tensors(spec, tensors, &Device::Cpu, DType::F32).unwrap()
+        perturbed(&MuZeroNetwork::new(spec, 7, &Device::Cpu, DType::F32).unwrap())
     }
 
     /// A replay buffer of 6 random 9-step games of `obs_len` observations (planes of zeros
@@ -622,14 +601,7 @@ mod tests {
         replay
     }
 
-    fn close(what: &str, host: f32, tensors: f32, tolerance: f32) {
-        assert!(
-            (host - tensors).abs() <= tolerance * (1.0 + tensors.abs()),
-            "{what}: host {host} vs tensors {tensors}"
-        );
-    }
-
-    fn flat(t: &Tensor) -> Vec<f32> {
+    fn flat(t: &candle_core::Tensor) -> Vec<f32> {
         t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
     }
 
@@ -655,36 +627,9 @@ mod tests {
             assert!(batch.weights.iter().any(|&w| w < 0.99));
             let targets = batch.target_values.clone();
             let host = host_conv_unrolled_loss(&net, &batch, &targets, 0.25).unwrap();
-            let want = unrolled_loss(&net, &batch, &targets, 0.25).unwrap();
-            let want_values = want.read(&net, &[]).unwrap();
-            let v = &host.values;
-            close("total", v.total, want_values.total, 1e-5);
-            close("value", v.value, want_values.value, 1e-5);
-            close("reward", v.reward, want_values.reward, 1e-5);
-            close("policy", v.policy, want_values.policy, 1e-5);
-            assert_eq!(v.priorities.len(), rows);
-            for (a, b) in v.priorities.iter().zip(&want_values.priorities) {
-                close("priority", *a, *b, 1e-4);
-            }
-            let grads = want.total.backward().unwrap();
-            for ((name, var), host_grad) in net.params().named().zip(&host.gradients) {
-                let want = flat(grads.get(var.as_tensor()).expect("every parameter has one"));
-                let got = flat(
-                    host_grad
-                        .as_ref()
-                        .unwrap_or_else(|| panic!("{name}: no host gradient")),
-                );
-                assert_eq!(got.len(), want.len(), "{name}");
-                let scale = want.iter().fold(0f32, |m, g| m.max(g.abs()));
-                assert!(scale > 0.0, "{name}: no gradient at all");
-                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                    assert!(
-                        (g - w).abs() <= 2e-4 * scale + 1e-7,
-                        "{blocks} blocks, {channels} channels, {name}[{i}]: host {g} vs \
-                         tensors {w} (largest {scale})"
-                    );
-                }
-            }
+            assert_eq!(host.values.priorities.len(), rows);
+            let case = format!("{blocks} blocks, {channels} channels");
+            assert_equals_tensor_path(&net, &batch, &targets, &host, 2e-4, &case);
         }
     }
 

@@ -469,11 +469,7 @@ struct PredictionTrace {
 impl Networks {
     fn load(network: &MuZeroNetwork) -> Result<Self, NetworkError> {
         let spec = network.spec();
-        let tensors: HashMap<String, Tensor> = network
-            .params()
-            .named()
-            .map(|(name, var)| (name.clone(), var.as_tensor().clone()))
-            .collect();
+        let tensors = network.params().tensors_by_name();
         let params = Weights(&tensors);
         let blocks = spec.num_blocks;
         Ok(Self {
@@ -958,22 +954,24 @@ fn head_loss(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::network::NetworkSpec;
-    use crate::train::loss::unrolled_loss;
     use candle_core::DType;
     use rand::SeedableRng;
 
-    /// `testing::learner`'s network with `blocks` residual blocks, every parameter moved by an
-    /// amount of its own (fixed by its name) so that the zero-initialised heads matter and no
-    /// two weights tie.
+    /// `testing::learner`'s network with `blocks` residual blocks, [`perturbed`].
     fn network(blocks: usize) -> MuZeroNetwork {
         let spec = NetworkSpec {
             num_blocks: blocks,
             ..crate::testing::specs::tiny_spec(vec![4], 2)
         };
-        let start = MuZeroNetwork::new(spec.clone(), 11, &Device::Cpu, DType::F32).unwrap();
+        perturbed(&MuZeroNetwork::new(spec, 11, &Device::Cpu, DType::F32).unwrap())
+    }
+
+    /// `start` with every parameter moved by an amount of its own (fixed by its name) so that
+    /// the zero-initialised heads matter and no two weights tie.
+    pub(in crate::train) fn perturbed(start: &MuZeroNetwork) -> MuZeroNetwork {
         let tensors = start
             .params()
             .to_tensors()
@@ -990,14 +988,59 @@ mod tests {
                 (name, (t + noise).unwrap())
             })
             .collect();
-        MuZeroNetwork::from_tensors(spec, tensors, &Device::Cpu, DType::F32).unwrap()
+        MuZeroNetwork::from_tensors(start.spec().clone(), tensors, &Device::Cpu, DType::F32)
+            .unwrap()
     }
 
-    fn close(what: &str, host: f32, tensors: f32, tolerance: f32) {
+    pub(in crate::train) fn close(what: &str, host: f32, tensors: f32, tolerance: f32) {
         assert!(
             (host - tensors).abs() <= tolerance * (1.0 + tensors.abs()),
             "{what}: host {host} vs tensors {tensors}"
         );
+    }
+
+    /// `host` (a host loss of `batch` with `targets` and value weight 0.25) against the tensor
+    /// path's loss: the four loss parts (1e-5), the priorities (1e-4) and every parameter's
+    /// gradient, each within `tolerance` of its largest value (`case` names the network in the
+    /// messages); every parameter must have a gradient.
+    pub(in crate::train) fn assert_equals_tensor_path(
+        net: &MuZeroNetwork,
+        batch: &Batch,
+        targets: &[f32],
+        host: &HostLoss,
+        tolerance: f32,
+        case: &str,
+    ) {
+        let want = crate::train::loss::unrolled_loss(net, batch, targets, 0.25).unwrap();
+        let want_values = want.read(net, &[]).unwrap();
+        let v = &host.values;
+        close("total", v.total, want_values.total, 1e-5);
+        close("value", v.value, want_values.value, 1e-5);
+        close("reward", v.reward, want_values.reward, 1e-5);
+        close("policy", v.policy, want_values.policy, 1e-5);
+        assert_eq!(v.priorities.len(), want_values.priorities.len());
+        for (a, b) in v.priorities.iter().zip(&want_values.priorities) {
+            close("priority", *a, *b, 1e-4);
+        }
+        let grads = want.total.backward().unwrap();
+        let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        for ((name, var), host_grad) in net.params().named().zip(&host.gradients) {
+            let want = flat(grads.get(var.as_tensor()).expect("every parameter has one"));
+            let got = flat(
+                host_grad
+                    .as_ref()
+                    .unwrap_or_else(|| panic!("{name}: no host gradient")),
+            );
+            assert_eq!(got.len(), want.len(), "{name}");
+            let scale = want.iter().fold(0f32, |m, g| m.max(g.abs()));
+            assert!(scale > 0.0, "{name}: no gradient at all");
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= tolerance * scale + 1e-7,
+                    "{case}, {name}[{i}]: host {g} vs tensors {w} (largest {scale})"
+                );
+            }
+        }
     }
 
     #[test]
@@ -1016,38 +1059,14 @@ mod tests {
             assert!(batch.weights.iter().any(|&w| w < 0.99));
             let targets = batch.target_values.clone();
             let host = host_unrolled_loss(&net, &batch, &targets, 0.25).unwrap();
-            let want = unrolled_loss(&net, &batch, &targets, 0.25).unwrap();
-            let want_values = want.read(&net, &[]).unwrap();
-            let v = &host.values;
-            close("total", v.total, want_values.total, 1e-5);
-            close("value", v.value, want_values.value, 1e-5);
-            close("reward", v.reward, want_values.reward, 1e-5);
-            close("policy", v.policy, want_values.policy, 1e-5);
-            assert_eq!(v.priorities.len(), want_values.priorities.len());
-            for (a, b) in v.priorities.iter().zip(&want_values.priorities) {
-                close("priority", *a, *b, 1e-4);
-            }
-            let grads = want.total.backward().unwrap();
-            for ((name, var), host_grad) in net.params().named().zip(&host.gradients) {
-                let want = grads.get(var.as_tensor()).expect("every parameter has one");
-                let want = want.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-                let got = host_grad
-                    .as_ref()
-                    .unwrap_or_else(|| panic!("{name}: no host gradient"))
-                    .flatten_all()
-                    .unwrap()
-                    .to_vec1::<f32>()
-                    .unwrap();
-                assert_eq!(got.len(), want.len(), "{name}");
-                let scale = want.iter().fold(0f32, |m, g| m.max(g.abs()));
-                assert!(scale > 0.0, "{name}: no gradient at all");
-                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                    assert!(
-                        (g - w).abs() <= 1e-4 * scale + 1e-7,
-                        "{blocks} blocks, {name}[{i}]: host {g} vs tensors {w} (largest {scale})"
-                    );
-                }
-            }
+            assert_equals_tensor_path(
+                &net,
+                &batch,
+                &targets,
+                &host,
+                1e-4,
+                &format!("{blocks} blocks"),
+            );
         }
     }
 

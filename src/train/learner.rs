@@ -167,25 +167,25 @@ impl Replica {
         config: &LearnerConfig,
     ) -> Result<ReplicaResult, NetworkError> {
         let targets = self.value_targets(batch, config.value_target)?;
-        if host_loss::supports(&self.network, config.consistency_loss_weight) {
-            let host = host_loss::host_unrolled_loss(
+        let consistency = config.consistency_loss_weight;
+        let host = if host_loss::supports(&self.network, consistency) {
+            Some(host_loss::host_unrolled_loss(
                 &self.network,
                 batch,
                 &targets,
                 config.value_loss_weight,
-            )?;
-            return Ok(ReplicaResult {
-                grads: host.gradients,
-                loss: ReplicaLoss::Host(host.values),
-            });
-        }
-        if host_conv_loss::supports(&self.network, config.consistency_loss_weight) {
-            let host = host_conv_loss::host_conv_unrolled_loss(
+            )?)
+        } else if host_conv_loss::supports(&self.network, consistency) {
+            Some(host_conv_loss::host_conv_unrolled_loss(
                 &self.network,
                 batch,
                 &targets,
                 config.value_loss_weight,
-            )?;
+            )?)
+        } else {
+            None
+        };
+        if let Some(host) = host {
             return Ok(ReplicaResult {
                 grads: host.gradients,
                 loss: ReplicaLoss::Host(host.values),
