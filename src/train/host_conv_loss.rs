@@ -557,7 +557,7 @@ mod tests {
     use super::*;
     use crate::network::NetworkSpec;
     use crate::replay::{GameHistory, ReplayBuffer, ReplayConfig};
-    use crate::train::host_loss::tests::{assert_equals_tensor_path, close, perturbed};
+    use crate::train::host_loss::tests::{assert_equals_tensor_path, close, flat, perturbed};
     use candle_core::Device;
     use rand::{Rng, SeedableRng};
 
@@ -599,10 +599,6 @@ mod tests {
             replay.save_game(game).unwrap();
         }
         replay
-    }
-
-    fn flat(t: &candle_core::Tensor) -> Vec<f32> {
-        t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
     }
 
     /// The host conv loss equals the tensor path's, values, priorities and every parameter's

@@ -999,6 +999,11 @@ pub(super) mod tests {
         );
     }
 
+    /// `t`'s values, flattened.
+    pub(in crate::train) fn flat(t: &Tensor) -> Vec<f32> {
+        t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+    }
+
     /// `host` (a host loss of `batch` with `targets` and value weight 0.25) against the tensor
     /// path's loss: the four loss parts (1e-5), the priorities (1e-4) and every parameter's
     /// gradient, each within `tolerance` of its largest value (`case` names the network in the
@@ -1023,7 +1028,6 @@ pub(super) mod tests {
             close("priority", *a, *b, 1e-4);
         }
         let grads = want.total.backward().unwrap();
-        let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
         for ((name, var), host_grad) in net.params().named().zip(&host.gradients) {
             let want = flat(grads.get(var.as_tensor()).expect("every parameter has one"));
             let got = flat(
