@@ -217,6 +217,13 @@ struct ChunkSaved {
     rstd: Vec<Vec<f32>>,
 }
 
+impl ChunkSaved {
+    /// The last layer's output (the input when there is no layer).
+    fn output(&self) -> &[f32] {
+        self.acts.last().map_or(&[], Vec::as_slice)
+    }
+}
+
 impl Drop for ChunkSaved {
     fn drop(&mut self) {
         for buffers in [&mut self.acts, &mut self.xhat, &mut self.rstd] {
@@ -235,7 +242,7 @@ struct HostTrunk {
 }
 
 /// `[n, C, H*W]` to `[n, H*W, C]`.
-fn to_channels_last(src: &[f32], c: usize, hw: usize, dst: &mut [f32]) {
+pub(crate) fn to_channels_last(src: &[f32], c: usize, hw: usize, dst: &mut [f32]) {
     for (s, d) in src.chunks_exact(c * hw).zip(dst.chunks_exact_mut(c * hw)) {
         for (ci, plane) in s.chunks_exact(hw).enumerate() {
             for (p, v) in plane.iter().enumerate() {
@@ -415,14 +422,41 @@ impl HostTrunk {
         x: &[f32],
         out: &mut [f32],
     ) -> Option<ChunkSaved> {
+        let hw = self.shape.positions();
+        // Overwritten whole before it is read.
+        let mut input = recycled::take(x.len());
+        to_channels_last(x, self.shape.input, hw, &mut input);
+        let saved = self.forward_layers(layers, input, self.keep);
+        to_channels_first(saved.output(), self.shape.channels, hw, out);
+        self.keep.then_some(saved)
+    }
+
+    /// [`Self::forward_chunk`] with the input and output channels-last, keeping the
+    /// activations when `keep`.
+    fn forward_chunk_last(
+        &self,
+        layers: &[LayerParams],
+        x: &[f32],
+        out: &mut [f32],
+        keep: bool,
+    ) -> ChunkSaved {
+        let mut input = recycled::take(x.len());
+        input.copy_from_slice(x);
+        let saved = self.forward_layers(layers, input, keep);
+        out.copy_from_slice(saved.output());
+        saved
+    }
+
+    /// Every layer over the channels-last `input` of a chunk: the activations, and the
+    /// norms' values when `keep` (else each layer's input goes back to [`recycled`] once the
+    /// next layer no longer needs it, and only the output is left).
+    fn forward_layers(&self, layers: &[LayerParams], input: Vec<f32>, keep: bool) -> ChunkSaved {
         let shape = &self.shape;
         let hw = shape.positions();
-        let n = x.len() / (shape.input * hw);
+        let n = input.len() / (shape.input * hw);
         let rows = n * hw;
         let o = shape.channels;
         // Every buffer taken from `recycled` here is overwritten whole before it is read.
-        let mut input = recycled::take(x.len());
-        to_channels_last(x, shape.input, hw, &mut input);
         let mut acts = vec![input];
         let (mut xhats, mut rstds) = (Vec::new(), Vec::new());
         // The thread's patch buffer, kept between calls (fresh memory for every chunk
@@ -434,12 +468,12 @@ impl HostTrunk {
                 let residual = shape
                     .closes_block(l)
                     .then(|| acts[shape.block_start(l)].as_slice());
-                let (mut xhat, mut rstd) = if self.keep {
+                let (mut xhat, mut rstd) = if keep {
                     (recycled::take(rows * o), recycled::take(n))
                 } else {
                     (Vec::new(), Vec::new())
                 };
-                let keep = self.keep.then_some((&mut xhat[..], &mut rstd[..]));
+                let kept = keep.then_some((&mut xhat[..], &mut rstd[..]));
                 layer_forward(
                     shape,
                     shape.layer_input(l),
@@ -448,25 +482,28 @@ impl HostTrunk {
                     residual,
                     cols,
                     &mut y,
-                    keep,
+                    kept,
                 );
-                if self.keep {
+                if keep {
                     xhats.push(xhat);
                     rstds.push(rstd);
                 }
                 acts.push(y);
+                // Without a backward pass, a layer's input is needed only as the residual
+                // of the layer that closes its block.
+                if !keep {
+                    let needed = if shape.closes_block(l + 1) { l } else { l + 1 };
+                    for act in &mut acts[..needed] {
+                        recycled::give(std::mem::take(act));
+                    }
+                }
             }
         });
-        to_channels_first(&acts[layers.len()], o, hw, out);
-        if !self.keep {
-            recycled::give_all(acts);
-            return None;
-        }
-        Some(ChunkSaved {
+        ChunkSaved {
             acts,
             xhat: xhats,
             rstd: rstds,
-        })
+        }
     }
 
     /// The backward pass of one chunk: the input's gradient (channels-first, when wanted) into
@@ -479,14 +516,51 @@ impl HostTrunk {
         grad: &[f32],
         dx: Option<&mut [f32]>,
     ) -> Vec<Vec<f32>> {
+        let hw = self.shape.positions();
+        // Overwritten whole by the gradient.
+        let mut g = recycled::take(grad.len());
+        to_channels_last(grad, self.shape.channels, hw, &mut g);
+        let (grads, g_in) = self.backward_layers(layers, saved, g, dx.is_some());
+        if let (Some(dx), Some(g_in)) = (dx, g_in) {
+            to_channels_first(&g_in, self.shape.input, hw, dx);
+            recycled::give(g_in);
+        }
+        grads
+    }
+
+    /// [`Self::backward_chunk`] with the gradients of the output and the input channels-last.
+    fn backward_chunk_last(
+        &self,
+        layers: &[LayerParams],
+        saved: &ChunkSaved,
+        grad: &[f32],
+        dx: Option<&mut [f32]>,
+    ) -> Vec<Vec<f32>> {
+        let mut g = recycled::take(grad.len());
+        g.copy_from_slice(grad);
+        let (grads, g_in) = self.backward_layers(layers, saved, g, dx.is_some());
+        if let (Some(dx), Some(g_in)) = (dx, g_in) {
+            dx.copy_from_slice(&g_in);
+            recycled::give(g_in);
+        }
+        grads
+    }
+
+    /// Every layer back from the channels-last output gradient `g`: the parameters'
+    /// gradients (per layer, packed in [`TrunkShape`]'s order, filters in patch-row order) and,
+    /// when `input_grad`, the input's gradient, channels-last.
+    fn backward_layers(
+        &self,
+        layers: &[LayerParams],
+        saved: &ChunkSaved,
+        mut g: Vec<f32>,
+        input_grad: bool,
+    ) -> (Vec<Vec<f32>>, Option<Vec<f32>>) {
         let shape = &self.shape;
         let (hw, o, k) = (shape.positions(), shape.channels, shape.kernel);
-        let n = grad.len() / (o * hw);
+        let n = g.len() / (o * hw);
         let rows = n * hw;
         let per_sample = hw * o;
-        // Overwritten whole by the gradient.
-        let mut g = recycled::take(rows * o);
-        to_channels_last(grad, o, hw, &mut g);
         let mut grads: Vec<Vec<f32>> = (0..layers.len())
             .map(|l| vec![0f32; shape.layer_params(l)])
             .collect();
@@ -574,7 +648,7 @@ impl HostTrunk {
                         true,
                     );
                 }
-                if l == 0 && dx.is_none() {
+                if l == 0 && !input_grad {
                     break;
                 }
                 let mut g_in = recycled::take(rows * c);
@@ -620,12 +694,13 @@ impl HostTrunk {
                 }
                 recycled::give(std::mem::replace(&mut g, g_in));
             }
-            if let Some(dx) = dx {
-                to_channels_first(&g, shape.input, hw, dx);
-            }
         });
-        recycled::give(g);
-        grads
+        if input_grad {
+            (grads, Some(g))
+        } else {
+            recycled::give(g);
+            (grads, None)
+        }
     }
 }
 
@@ -677,19 +752,22 @@ impl TrunkOnChunks {
         self.op.shape.param_len()
     }
 
-    /// The trunk over `x` (`[n, input, H, W]`, channels-first) into `out` (`[n, channels, H,
-    /// W]`), keeping what the backward pass needs.
-    pub fn forward(&self, x: &[f32], out: &mut [f32]) -> ChunkActivations {
+    /// The trunk over `x` (`[n, H, W, input]`, channels-last) into `out` (`[n, H, W,
+    /// channels]`), keeping what the backward pass needs when `keep` (else the activations
+    /// are dropped as the pass goes and [`Self::backward`] must not be called).
+    pub fn forward(&self, x: &[f32], out: &mut [f32], keep: bool) -> ChunkActivations {
         if self.forward.is_empty() {
             out.copy_from_slice(x);
             return ChunkActivations(None);
         }
-        ChunkActivations(self.op.forward_chunk(&self.forward, x, out))
+        let saved = self.op.forward_chunk_last(&self.forward, x, out, keep);
+        ChunkActivations(keep.then_some(saved))
     }
 
-    /// The backward pass of [`Self::forward`]'s chunk for the output's gradient `grad`: adds
-    /// the parameters' gradients into `grads` (packed, filters in patch-row order: see
-    /// [`Self::in_parameter_order`]) and writes the input's gradient into `dx` when given.
+    /// The backward pass of [`Self::forward`]'s chunk for the output's gradient `grad`
+    /// (channels-last): adds the parameters' gradients into `grads` (packed, filters in
+    /// patch-row order: see [`Self::in_parameter_order`]) and writes the input's gradient
+    /// (channels-last) into `dx` when given.
     pub fn backward(
         &self,
         saved: &ChunkActivations,
@@ -703,7 +781,7 @@ impl TrunkOnChunks {
             }
             return;
         };
-        let layers = self.op.backward_chunk(&self.backward, saved, grad, dx);
+        let layers = self.op.backward_chunk_last(&self.backward, saved, grad, dx);
         let mut at = 0;
         for layer in layers {
             for (g, v) in grads[at..at + layer.len()].iter_mut().zip(&layer) {

@@ -24,9 +24,12 @@ use super::host_loss::{
     add_into, add_rows, in_parameter_order, min_max_scale_backward, relu_backward, rows_loss, Head,
     HeadTrace, HostLoss, Linear, RowsLoss, UnrollNetworks,
 };
-use crate::network::host_conv_trunk::{ChunkActivations, TrunkOnChunks, TrunkShape};
+use crate::network::fused::{self, dot};
+use crate::network::host_conv_trunk::{
+    to_channels_last, ChunkActivations, TrunkOnChunks, TrunkShape,
+};
 use crate::network::host_mlp::{host_values, min_max_scale, relu as relu_in_place, Weights};
-use crate::network::{fused, MuZeroNetwork, NetworkError, NetworkSpec};
+use crate::network::{MuZeroNetwork, NetworkError, NetworkSpec};
 use crate::replay::Batch;
 
 /// Chunks a batch is cut into (the last may be shorter): enough to keep 16 threads busy,
@@ -108,8 +111,10 @@ impl HostConvValues {
         if !supports(network, 0.0) {
             return Ok(None);
         }
+        let mut nets = ConvNetworks::load(network)?;
+        nets.keep = false;
         Ok(Some(Self {
-            nets: ConvNetworks::load(network)?,
+            nets,
             spec: network.spec().clone(),
         }))
     }
@@ -207,15 +212,17 @@ impl Trunk {
         self.plan.shape().channels
     }
 
-    /// `x` `[rows, input, H, W]` -> the output `[rows, channels, H, W]` and its activations.
-    fn forward(&self, x: &[f32], rows: usize) -> (Vec<f32>, ChunkActivations) {
+    /// `x` `[rows, H, W, input]` -> the output `[rows, H, W, channels]` and, when `keep`,
+    /// its activations for [`Self::backward`].
+    fn forward(&self, x: &[f32], rows: usize, keep: bool) -> (Vec<f32>, ChunkActivations) {
         let s = self.plan.shape();
         let mut out = vec![0f32; rows * s.channels * s.h * s.w];
-        let saved = self.plan.forward(x, &mut out);
+        let saved = self.plan.forward(x, &mut out, keep);
         (out, saved)
     }
 
-    /// Adds the parameters' gradients for the output gradient `grad`; returns the input's.
+    /// Adds the parameters' gradients for the output gradient `grad` (channels-last); returns
+    /// the input's (channels-last).
     fn backward(&mut self, saved: &ChunkActivations, grad: &[f32], rows: usize) -> Vec<f32> {
         let s = self.plan.shape();
         let mut dx = vec![0f32; rows * s.input * s.h * s.w];
@@ -239,8 +246,9 @@ impl Trunk {
     }
 }
 
-/// A 1 x 1 convolution to a few planes over channels-first boards, `y[o] = b[o] + sum_c
-/// w[o, c] x[c]` at every position, and its gradients.
+/// A 1 x 1 convolution to a few planes, `y[o] = b[o] + sum_c w[o, c] x[c]` at every
+/// position, from channels-last boards (the trunks' layout) to channels-first planes (the
+/// order the heads' linear layers flatten them in), and its gradients.
 #[derive(Clone)]
 struct Pointwise {
     name: String,
@@ -274,27 +282,28 @@ impl Pointwise {
         })
     }
 
-    /// `x` `[rows, inputs, hw]` -> `[rows, outputs, hw]`.
+    /// `x` `[rows, hw, inputs]` -> `[rows, outputs, hw]`.
     fn forward(&self, x: &[f32], hw: usize) -> Vec<f32> {
         let (c, o) = (self.inputs, self.outputs);
-        let mut out = Vec::with_capacity(x.len() / c * o);
-        for sample in x.chunks_exact(c * hw) {
-            for (filter, &bias) in self.weight.chunks_exact(c).zip(&self.bias) {
-                let at = out.len();
-                out.resize(at + hw, bias);
-                let plane = &mut out[at..];
-                for (&w, input) in filter.iter().zip(sample.chunks_exact(hw)) {
-                    for (y, v) in plane.iter_mut().zip(input) {
-                        *y += w * v;
-                    }
+        let mut out = vec![0f32; x.len() / c * o];
+        for (sample, planes) in x.chunks_exact(c * hw).zip(out.chunks_exact_mut(o * hw)) {
+            for ((filter, &bias), plane) in self
+                .weight
+                .chunks_exact(c)
+                .zip(&self.bias)
+                .zip(planes.chunks_exact_mut(hw))
+            {
+                for (y, position) in plane.iter_mut().zip(sample.chunks_exact(c)) {
+                    *y = bias + dot(filter, position);
                 }
             }
         }
         out
     }
 
-    /// Adds the gradients of the filters and bias for input `x` and output gradient `dy`;
-    /// returns the input's gradient.
+    /// Adds the gradients of the filters and bias for input `x` (`[rows, hw, inputs]`) and
+    /// output gradient `dy` (`[rows, outputs, hw]`); returns the input's gradient, `[rows,
+    /// hw, inputs]`.
     fn backward(&mut self, x: &[f32], dy: &[f32], hw: usize) -> Vec<f32> {
         let (c, o) = (self.inputs, self.outputs);
         let mut dx = vec![0f32; x.len()];
@@ -307,17 +316,20 @@ impl Pointwise {
                 self.grad_bias[oi] += g.iter().sum::<f32>();
                 let filter = &self.weight[oi * c..(oi + 1) * c];
                 let dfilter = &mut self.grad_weight[oi * c..(oi + 1) * c];
-                for ((input, dinput), (&w, dw)) in sample
-                    .chunks_exact(hw)
-                    .zip(dsample.chunks_exact_mut(hw))
-                    .zip(filter.iter().zip(dfilter.iter_mut()))
+                for ((position, dposition), &gv) in sample
+                    .chunks_exact(c)
+                    .zip(dsample.chunks_exact_mut(c))
+                    .zip(g)
                 {
-                    let mut s = 0f32;
-                    for ((v, d), gv) in input.iter().zip(dinput.iter_mut()).zip(g) {
-                        s += gv * v;
+                    for (((&v, d), &w), dw) in position
+                        .iter()
+                        .zip(dposition.iter_mut())
+                        .zip(filter)
+                        .zip(dfilter.iter_mut())
+                    {
+                        *dw += gv * v;
                         *d += w * gv;
                     }
-                    *dw += s;
                 }
             }
         }
@@ -337,9 +349,16 @@ fn planes(conv: &Pointwise, h: &[f32], hw: usize) -> Vec<f32> {
     p
 }
 
-/// The three conv networks (`network::conv`) with gradient buffers.
+/// The three conv networks (`network::conv`) with gradient buffers. Their boards are
+/// channels-last (`[rows, H, W, C]`) from the representation's input on, the trunks' own
+/// layout: only the observations are turned, and the heads' 1 x 1 convolutions write their
+/// planes in the channels-first order the heads flatten.
 #[derive(Clone)]
 struct ConvNetworks {
+    /// Whether the calls keep what a backward pass needs (off for values alone).
+    keep: bool,
+    /// Channels of an observation.
+    observation_channels: usize,
     num_actions: usize,
     /// Positions of a board.
     hw: usize,
@@ -381,6 +400,8 @@ impl ConvNetworks {
             Trunk::load(&params, name, stem, blocks, input, board)
         };
         Ok(Self {
+            keep: true,
+            observation_channels: c,
             num_actions: a,
             hw: board.0 * board.1,
             representation: trunk("representation.trunk", true, c)?,
@@ -417,7 +438,14 @@ impl UnrollNetworks for ConvNetworks {
     }
 
     fn represent(&self, observations: Vec<f32>, rows: usize) -> LatentTrace {
-        let (unscaled, trunk) = self.representation.forward(&observations, rows);
+        let mut boards = vec![0f32; observations.len()];
+        to_channels_last(
+            &observations,
+            self.observation_channels,
+            self.hw,
+            &mut boards,
+        );
+        let (unscaled, trunk) = self.representation.forward(&boards, rows, self.keep);
         let mut latent = unscaled.clone();
         min_max_scale(&mut latent, self.latent_len());
         LatentTrace {
@@ -434,23 +462,28 @@ impl UnrollNetworks for ConvNetworks {
         actions: &[usize],
     ) -> Result<(LatentTrace, HeadTrace), NetworkError> {
         let (l, a, hw, rows) = (self.latent_len(), self.num_actions, self.hw, actions.len());
-        // The latent's planes, then one plane per action: ones for the action taken.
-        let mut input = Vec::with_capacity(rows * (l + a * hw));
-        for (row, &action) in latent.chunks_exact(l).zip(actions) {
+        let ch = l / hw;
+        // At each position the latent's channels, then one channel per action: one for the
+        // action taken.
+        let mut input = vec![0f32; rows * (l + a * hw)];
+        for ((row, &action), sample) in latent
+            .chunks_exact(l)
+            .zip(actions)
+            .zip(input.chunks_exact_mut(hw * (ch + a)))
+        {
             if action >= a {
                 return Err(NetworkError::ActionOutOfRange {
                     action,
                     num_actions: a,
                 });
             }
-            input.extend_from_slice(row);
-            for j in 0..a {
-                let v = if j == action { 1.0 } else { 0.0 };
-                input.extend(std::iter::repeat_n(v, hw));
+            for (position, dst) in row.chunks_exact(ch).zip(sample.chunks_exact_mut(ch + a)) {
+                dst[..ch].copy_from_slice(position);
+                dst[ch + action] = 1.0;
             }
         }
         let (trunk, reward_conv, reward_head) = &self.dynamics;
-        let (unscaled, saved) = trunk.forward(&input, rows);
+        let (unscaled, saved) = trunk.forward(&input, rows, self.keep);
         let mut next = unscaled.clone();
         min_max_scale(&mut next, l);
         let reward_planes = planes(reward_conv, &unscaled, hw);
@@ -468,7 +501,7 @@ impl UnrollNetworks for ConvNetworks {
 
     fn predict(&self, latent: &[f32], rows: usize) -> PredictionTrace {
         let (trunk, policy_conv, policy_out, value_conv, value_head) = &self.prediction;
-        let (h, saved) = trunk.forward(latent, rows);
+        let (h, saved) = trunk.forward(latent, rows, self.keep);
         let policy_planes = planes(policy_conv, &h, self.hw);
         let policy_logits = policy_out.forward(&policy_planes, rows);
         let value_planes = planes(value_conv, &h, self.hw);
@@ -520,12 +553,13 @@ impl UnrollNetworks for ConvNetworks {
             &reward_conv.backward(&trace.unscaled, &dplanes, hw),
         );
         let dinput = trunk.backward(&trace.trunk, &dh, rows);
-        // The latent's planes come first in each sample's input; the action planes take
-        // no gradient.
-        let width = dinput.len() / rows.max(1);
+        // The latent's channels come first at each position of the input; the action
+        // channels take no gradient.
+        let ch = l / hw;
+        let width = ch + self.num_actions;
         dinput
             .chunks_exact(width)
-            .flat_map(|row| row[..l].iter().copied())
+            .flat_map(|position| position[..ch].iter().copied())
             .collect()
     }
 
@@ -656,11 +690,13 @@ mod tests {
     }
 
     /// The host values equal the network's own (its inference copy's, as the learner's
-    /// target pass used), over several chunks with a short last one; a wrong observation
+    /// target pass used), with 0, 1 and 2 blocks (each layer's input dropped once no later
+    /// layer reads it), over several chunks with a short last one; a wrong observation
     /// length is an error that names it; an MLP network gets none.
     #[test]
     fn the_host_conv_values_equal_the_networks_values() {
-        for (shape, channels, blocks) in [([3, 5, 6], 16, 1), ([2, 3, 4], 4, 0)] {
+        for (shape, channels, blocks) in [([3, 5, 6], 16, 1), ([2, 4, 4], 8, 2), ([2, 3, 4], 4, 0)]
+        {
             // The value head's last layer scaled up, so that the values spread well beyond
             // the comparison's tolerance.
             let small = network(shape, 3, channels, blocks);
