@@ -711,7 +711,8 @@ impl HostTrunk {
 pub struct TrunkOnChunks {
     op: HostTrunk,
     forward: Vec<LayerParams>,
-    backward: Vec<LayerParams>,
+    /// `None` in a trunk built for inference alone.
+    backward: Option<Vec<LayerParams>>,
 }
 
 /// What [`TrunkOnChunks::forward`] keeps of a chunk for its backward pass.
@@ -721,6 +722,13 @@ impl TrunkOnChunks {
     /// The trunk of `shape` with `packed` parameters: per layer, in order, the filters
     /// `[channels, in, k, k]`, the bias, the norm's scale and its shift.
     pub fn new(shape: TrunkShape, packed: &[f32]) -> candle_core::Result<Self> {
+        let mut trunk = Self::for_inference(shape, packed)?;
+        trunk.backward = Some(unpack(&shape, packed, Pass::Backward));
+        Ok(trunk)
+    }
+
+    /// [`Self::new`] for forward passes alone: [`Self::backward`] must not be called.
+    pub fn for_inference(shape: TrunkShape, packed: &[f32]) -> candle_core::Result<Self> {
         if packed.len() != shape.param_len() || shape.kernel.is_multiple_of(2) {
             candle_core::bail!(
                 "host conv trunk: {} parameter values for {shape:?} (needs {}, an odd kernel)",
@@ -739,7 +747,7 @@ impl TrunkOnChunks {
                 saved: Mutex::new(None),
             },
             forward: unpack(&shape, packed, Pass::Forward),
-            backward: unpack(&shape, packed, Pass::Backward),
+            backward: None,
         })
     }
 
@@ -781,7 +789,11 @@ impl TrunkOnChunks {
             }
             return;
         };
-        let layers = self.op.backward_chunk_last(&self.backward, saved, grad, dx);
+        let backward = self
+            .backward
+            .as_ref()
+            .expect("a backward pass through a trunk built for inference alone");
+        let layers = self.op.backward_chunk_last(backward, saved, grad, dx);
         let mut at = 0;
         for layer in layers {
             for (g, v) in grads[at..at + layer.len()].iter_mut().zip(&layer) {

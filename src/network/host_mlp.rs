@@ -20,7 +20,7 @@ const LAYER_NORM_EPS: f32 = 1e-5;
 
 /// Calls of at least this many rows run as two halves side by side (rayon), a fixed split
 /// whatever the number of threads, so results do not depend on it.
-const SPLIT_ROWS: usize = 64;
+pub(crate) const SPLIT_ROWS: usize = 64;
 
 /// `dst[m, n] += lhs[m, k] * rhs[k, n]`, all row-major and contiguous.
 fn matmul_add(m: usize, k: usize, n: usize, lhs: &[f32], rhs: &[f32], dst: &mut [f32]) {
@@ -111,7 +111,7 @@ impl Weights<'_> {
 }
 
 /// `y = x W^T + b`, with `W^T` kept `[in, out]`.
-struct HostLinear {
+pub(crate) struct HostLinear {
     weight_t: Vec<f32>,
     bias: Vec<f32>,
     inputs: usize,
@@ -119,7 +119,7 @@ struct HostLinear {
 }
 
 impl HostLinear {
-    fn load(w: &Weights, name: &str) -> Result<Self, NetworkError> {
+    pub(crate) fn load(w: &Weights, name: &str) -> Result<Self, NetworkError> {
         let weight = w.get(&format!("{name}.weight"))?;
         let (outputs, inputs) = weight.dims2()?;
         let values = host_values(weight)?;
@@ -139,7 +139,7 @@ impl HostLinear {
     }
 
     /// `x`: `[B, inputs]` -> `out`: `[B, outputs]` (resized).
-    fn forward(&self, x: &[f32], batch: usize, out: &mut Vec<f32>) {
+    pub(crate) fn forward(&self, x: &[f32], batch: usize, out: &mut Vec<f32>) {
         out.clear();
         for _ in 0..batch {
             out.extend_from_slice(&self.bias);
@@ -301,7 +301,7 @@ pub struct HostStep {
 }
 
 impl HostStep {
-    fn append(mut self, other: HostStep) -> HostStep {
+    pub(crate) fn append(mut self, other: HostStep) -> HostStep {
         self.latents.extend(other.latents);
         self.reward_logits.extend(other.reward_logits);
         self.outputs

@@ -15,6 +15,7 @@ pub mod fused;
 #[cfg(feature = "cuda")]
 mod fused_cuda;
 pub mod host_conv;
+pub mod host_conv_net;
 pub mod host_conv_trunk;
 pub mod host_mlp;
 pub mod layers;

@@ -1,9 +1,8 @@
 //! The bridge between the search and a network: implements [`crate::model::Model`].
 //!
-//! MLP networks computing in f32 on the CPU run on the host ([`HostMlp`]: no tensors at all);
-//! small MLP networks on CUDA run each call as one kernel (`network::cuda_mlp`, in a `cuda`
-//! build);
-//! everything else (conv networks, bf16 on the CPU, value prefixes, or
+//! Networks computing in f32 on the CPU run on the host ([`HostMlp`], [`HostConv`]: no tensors
+//! at all); small MLP networks on CUDA run each call as one kernel (`network::cuda_mlp`, in a
+//! `cuda` build); everything else (bf16 on the CPU, value prefixes, other devices, or
 //! [`SearchModel::on_tensors`]) runs as follows.
 //!
 //! Latent states stay on the network's device in one buffer of `capacity * B` rows, node-major
@@ -14,7 +13,8 @@
 
 use candle_core::Tensor;
 
-use super::host_mlp::HostMlp;
+use super::host_conv_net::HostConv;
+use super::host_mlp::{HostMlp, HostOutputs, HostStep};
 use super::value_prefix::{is_reset, PrefixState};
 use super::{MuZeroNetwork, NetworkError};
 use crate::model::{Model, ModelError, Prediction};
@@ -52,17 +52,65 @@ struct PrefixTree {
     depth: Vec<usize>,
 }
 
+/// A network's weights on the host for a search: an MLP's or a conv network's.
+enum HostNetwork {
+    Mlp(HostMlp),
+    Conv(HostConv),
+}
+
+impl HostNetwork {
+    fn supports(network: &MuZeroNetwork) -> bool {
+        HostMlp::supports(network) || HostConv::supports(network)
+    }
+
+    fn new(network: &MuZeroNetwork) -> Result<Self, NetworkError> {
+        if HostConv::supports(network) {
+            Ok(Self::Conv(HostConv::new(network)?))
+        } else {
+            Ok(Self::Mlp(HostMlp::new(network)?))
+        }
+    }
+
+    fn serial(self) -> Self {
+        match self {
+            Self::Mlp(net) => Self::Mlp(net.serial()),
+            Self::Conv(net) => Self::Conv(net.serial()),
+        }
+    }
+
+    fn latent_dim(&self) -> usize {
+        match self {
+            Self::Mlp(net) => net.latent_dim(),
+            Self::Conv(net) => net.latent_dim(),
+        }
+    }
+
+    fn initial(&self, observations: &[f32]) -> (Vec<f32>, HostOutputs) {
+        match self {
+            Self::Mlp(net) => net.initial(observations),
+            Self::Conv(net) => net.initial(observations),
+        }
+    }
+
+    fn recurrent(&self, latents: &[f32], actions: &[usize]) -> Result<HostStep, NetworkError> {
+        match self {
+            Self::Mlp(net) => net.recurrent(latents, actions),
+            Self::Conv(net) => net.recurrent(latents, actions),
+        }
+    }
+}
+
 /// A network seen by the search, with the latent buffer of the current batch of trees.
 pub struct SearchModel<'a> {
     network: &'a MuZeroNetwork,
-    /// Run on the host ([`HostMlp`]) rather than on tensors.
+    /// Run on the host ([`HostMlp`], [`HostConv`]) rather than on tensors.
     on_host: bool,
     /// Run each call as one CUDA kernel (`network::cuda_mlp`) rather than on tensors.
     one_kernel: bool,
     #[cfg(feature = "cuda")]
     cuda_mlp: Option<super::cuda_mlp::CudaMlp>,
     /// The host copy of the weights and the latents `[capacity * B, latent_dim]`, node-major.
-    host: Option<(HostMlp, Vec<f32>)>,
+    host: Option<(HostNetwork, Vec<f32>)>,
     /// `network`'s inference copy, made by `initial_inference`.
     frozen: Option<MuZeroNetwork>,
     latents: Option<Tensor>,
@@ -80,11 +128,11 @@ pub struct SearchModel<'a> {
 }
 
 impl<'a> SearchModel<'a> {
-    /// On the host where [`HostMlp::supports`] the network, as one CUDA kernel per call for
-    /// an MLP on CUDA (`network::cuda_mlp`), else on tensors.
+    /// On the host where [`HostMlp::supports`] or [`HostConv::supports`] the network, as one
+    /// CUDA kernel per call for an MLP on CUDA (`network::cuda_mlp`), else on tensors.
     pub fn new(network: &'a MuZeroNetwork) -> Self {
         Self {
-            on_host: HostMlp::supports(network),
+            on_host: HostNetwork::supports(network),
             one_kernel: one_kernel_calls(network),
             ..Self::on_tensors(network)
         }
@@ -315,7 +363,7 @@ impl Model for SearchModel<'_> {
             });
         }
         if self.on_host {
-            let mut host = HostMlp::new(self.network)?;
+            let mut host = HostNetwork::new(self.network)?;
             if self.forked {
                 host = host.serial();
             }

@@ -24,11 +24,12 @@ use super::host_loss::{
     add_into, add_rows, in_parameter_order, min_max_scale_backward, relu_backward, rows_loss, Head,
     HeadTrace, HostLoss, Linear, RowsLoss, UnrollNetworks,
 };
-use crate::network::fused::{self, dot};
-use crate::network::host_conv_trunk::{
-    to_channels_last, ChunkActivations, TrunkOnChunks, TrunkShape,
+use crate::network::fused;
+use crate::network::host_conv_net::{
+    dynamics_input, load_pointwise, load_trunk, pointwise, HostConv,
 };
-use crate::network::host_mlp::{host_values, min_max_scale, relu as relu_in_place, Weights};
+use crate::network::host_conv_trunk::{to_channels_last, ChunkActivations, TrunkOnChunks};
+use crate::network::host_mlp::{min_max_scale, relu as relu_in_place, Weights};
 use crate::network::{MuZeroNetwork, NetworkError, NetworkSpec};
 use crate::replay::Batch;
 
@@ -96,11 +97,10 @@ pub fn host_conv_unrolled_loss(
 const VALUE_CHUNK: usize = 16;
 
 /// A conv network's value of observations on host buffers: the learner's bootstrap values
-/// from its target network, the representation and the prediction over chunks of boards
-/// side by side, with the training step's layer code. Equal to
-/// [`MuZeroNetwork::values`] to float rounding (tested).
+/// from its target network, [`HostConv`]'s representation and prediction over chunks of
+/// boards side by side. Equal to [`MuZeroNetwork::values`] to float rounding (tested).
 pub struct HostConvValues {
-    nets: ConvNetworks,
+    net: HostConv,
     spec: NetworkSpec,
 }
 
@@ -111,10 +111,8 @@ impl HostConvValues {
         if !supports(network, 0.0) {
             return Ok(None);
         }
-        let mut nets = ConvNetworks::load(network)?;
-        nets.keep = false;
         Ok(Some(Self {
-            nets,
+            net: HostConv::new(network)?,
             spec: network.spec().clone(),
         }))
     }
@@ -129,15 +127,9 @@ impl HostConvValues {
                 shape: spec.observation_shape.clone(),
             });
         }
-        let scaled = spec.scale_observations(observations);
-        let logits: Vec<Vec<f32>> = scaled
+        let logits: Vec<Vec<f32>> = observations
             .par_chunks(VALUE_CHUNK * obs_len)
-            .map(|chunk| {
-                let rows = chunk.len() / obs_len;
-                let latent = self.nets.represent(chunk.to_vec(), rows);
-                let prediction = self.nets.predict(&latent.latent, rows);
-                prediction.value.logits
-            })
+            .map(|chunk| self.net.initial_serial(chunk).1.value_logits)
             .collect();
         Ok(spec.value_support.logits_to_scalars(&logits.concat()))
     }
@@ -163,44 +155,7 @@ impl Trunk {
         input: usize,
         board: (usize, usize),
     ) -> Result<Self, NetworkError> {
-        let mut layers: Vec<[String; 2]> = Vec::new();
-        if stem {
-            layers.push([format!("{name}.input"), format!("{name}.norm")]);
-        }
-        for i in 0..blocks {
-            let block = format!("{name}.block{i}");
-            layers.push([format!("{block}.conv1"), format!("{block}.norm1")]);
-            layers.push([format!("{block}.conv2"), format!("{block}.norm2")]);
-        }
-        let (mut packed, mut names) = (Vec::new(), Vec::new());
-        let (mut channels, mut kernel) = (input, 1);
-        for [conv, norm] in &layers {
-            for param in [
-                format!("{conv}.weight"),
-                format!("{conv}.bias"),
-                format!("{norm}.weight"),
-                format!("{norm}.bias"),
-            ] {
-                let t = params.get(&param)?;
-                if param == format!("{conv}.weight") {
-                    let (o, _, k, _) = t.dims4()?;
-                    (channels, kernel) = (o, k);
-                }
-                let values = host_values(t)?;
-                names.push((param, values.len()));
-                packed.extend(values);
-            }
-        }
-        let shape = TrunkShape {
-            input,
-            channels,
-            kernel: if layers.is_empty() { 3 } else { kernel },
-            h: board.0,
-            w: board.1,
-            stem,
-            blocks,
-        };
-        let plan = TrunkOnChunks::new(shape, &packed)?;
+        let (plan, names) = load_trunk(params, name, (stem, blocks), input, board, true)?;
         Ok(Self {
             grads: vec![0.0; plan.param_len()],
             plan: Arc::new(plan),
@@ -212,12 +167,11 @@ impl Trunk {
         self.plan.shape().channels
     }
 
-    /// `x` `[rows, H, W, input]` -> the output `[rows, H, W, channels]` and, when `keep`,
-    /// its activations for [`Self::backward`].
-    fn forward(&self, x: &[f32], rows: usize, keep: bool) -> (Vec<f32>, ChunkActivations) {
+    /// `x` `[rows, H, W, input]` -> the output `[rows, H, W, channels]` and its activations.
+    fn forward(&self, x: &[f32], rows: usize) -> (Vec<f32>, ChunkActivations) {
         let s = self.plan.shape();
         let mut out = vec![0f32; rows * s.channels * s.h * s.w];
-        let saved = self.plan.forward(x, &mut out, keep);
+        let saved = self.plan.forward(x, &mut out, true);
         (out, saved)
     }
 
@@ -246,9 +200,8 @@ impl Trunk {
     }
 }
 
-/// A 1 x 1 convolution to a few planes, `y[o] = b[o] + sum_c w[o, c] x[c]` at every
-/// position, from channels-last boards (the trunks' layout) to channels-first planes (the
-/// order the heads' linear layers flatten them in), and its gradients.
+/// A 1 x 1 convolution to a few planes ([`pointwise`]: channels-last boards in,
+/// channels-first planes out) and its gradients.
 #[derive(Clone)]
 struct Pointwise {
     name: String,
@@ -262,15 +215,7 @@ struct Pointwise {
 
 impl Pointwise {
     fn load(params: &Weights, name: &str) -> Result<Self, NetworkError> {
-        let weight = params.get(&format!("{name}.weight"))?;
-        let (outputs, inputs, kh, kw) = weight.dims4()?;
-        if (kh, kw) != (1, 1) {
-            return Err(NetworkError::Candle(candle_core::Error::Msg(format!(
-                "{name}: a {kh}x{kw} convolution where a 1x1 one belongs"
-            ))));
-        }
-        let weight = host_values(weight)?;
-        let bias = host_values(params.get(&format!("{name}.bias"))?)?;
+        let (weight, bias, inputs, outputs) = load_pointwise(params, name)?;
         Ok(Self {
             name: name.to_string(),
             grad_weight: vec![0.0; weight.len()],
@@ -284,21 +229,7 @@ impl Pointwise {
 
     /// `x` `[rows, hw, inputs]` -> `[rows, outputs, hw]`.
     fn forward(&self, x: &[f32], hw: usize) -> Vec<f32> {
-        let (c, o) = (self.inputs, self.outputs);
-        let mut out = vec![0f32; x.len() / c * o];
-        for (sample, planes) in x.chunks_exact(c * hw).zip(out.chunks_exact_mut(o * hw)) {
-            for ((filter, &bias), plane) in self
-                .weight
-                .chunks_exact(c)
-                .zip(&self.bias)
-                .zip(planes.chunks_exact_mut(hw))
-            {
-                for (y, position) in plane.iter_mut().zip(sample.chunks_exact(c)) {
-                    *y = bias + dot(filter, position);
-                }
-            }
-        }
-        out
+        pointwise(&self.weight, &self.bias, x, hw)
     }
 
     /// Adds the gradients of the filters and bias for input `x` (`[rows, hw, inputs]`) and
@@ -355,8 +286,6 @@ fn planes(conv: &Pointwise, h: &[f32], hw: usize) -> Vec<f32> {
 /// planes in the channels-first order the heads flatten.
 #[derive(Clone)]
 struct ConvNetworks {
-    /// Whether the calls keep what a backward pass needs (off for values alone).
-    keep: bool,
     /// Channels of an observation.
     observation_channels: usize,
     num_actions: usize,
@@ -400,7 +329,6 @@ impl ConvNetworks {
             Trunk::load(&params, name, stem, blocks, input, board)
         };
         Ok(Self {
-            keep: true,
             observation_channels: c,
             num_actions: a,
             hw: board.0 * board.1,
@@ -445,7 +373,7 @@ impl UnrollNetworks for ConvNetworks {
             self.hw,
             &mut boards,
         );
-        let (unscaled, trunk) = self.representation.forward(&boards, rows, self.keep);
+        let (unscaled, trunk) = self.representation.forward(&boards, rows);
         let mut latent = unscaled.clone();
         min_max_scale(&mut latent, self.latent_len());
         LatentTrace {
@@ -462,28 +390,9 @@ impl UnrollNetworks for ConvNetworks {
         actions: &[usize],
     ) -> Result<(LatentTrace, HeadTrace), NetworkError> {
         let (l, a, hw, rows) = (self.latent_len(), self.num_actions, self.hw, actions.len());
-        let ch = l / hw;
-        // At each position the latent's channels, then one channel per action: one for the
-        // action taken.
-        let mut input = vec![0f32; rows * (l + a * hw)];
-        for ((row, &action), sample) in latent
-            .chunks_exact(l)
-            .zip(actions)
-            .zip(input.chunks_exact_mut(hw * (ch + a)))
-        {
-            if action >= a {
-                return Err(NetworkError::ActionOutOfRange {
-                    action,
-                    num_actions: a,
-                });
-            }
-            for (position, dst) in row.chunks_exact(ch).zip(sample.chunks_exact_mut(ch + a)) {
-                dst[..ch].copy_from_slice(position);
-                dst[ch + action] = 1.0;
-            }
-        }
+        let input = dynamics_input(latent, actions, (hw, l / hw, a))?;
         let (trunk, reward_conv, reward_head) = &self.dynamics;
-        let (unscaled, saved) = trunk.forward(&input, rows, self.keep);
+        let (unscaled, saved) = trunk.forward(&input, rows);
         let mut next = unscaled.clone();
         min_max_scale(&mut next, l);
         let reward_planes = planes(reward_conv, &unscaled, hw);
@@ -501,7 +410,7 @@ impl UnrollNetworks for ConvNetworks {
 
     fn predict(&self, latent: &[f32], rows: usize) -> PredictionTrace {
         let (trunk, policy_conv, policy_out, value_conv, value_head) = &self.prediction;
-        let (h, saved) = trunk.forward(latent, rows, self.keep);
+        let (h, saved) = trunk.forward(latent, rows);
         let policy_planes = planes(policy_conv, &h, self.hw);
         let policy_logits = policy_out.forward(&policy_planes, rows);
         let value_planes = planes(value_conv, &h, self.hw);
