@@ -387,6 +387,28 @@ pub(crate) fn sum(a: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
+/// The smallest and largest of `row`'s values (NaNs skipped), in eight lanes so that the
+/// compiler vectorises it.
+pub(crate) fn row_min_max(row: &[f32]) -> (f32, f32) {
+    let (mut lo, mut hi) = ([f32::INFINITY; 8], [f32::NEG_INFINITY; 8]);
+    let r8 = row.chunks_exact(8);
+    let tail = r8.remainder();
+    for x in r8 {
+        for k in 0..8 {
+            lo[k] = if x[k] < lo[k] { x[k] } else { lo[k] };
+            hi[k] = if x[k] > hi[k] { x[k] } else { hi[k] };
+        }
+    }
+    let fold = |(a, b): (f32, f32), &v: &f32| (a.min(v), b.max(v));
+    let lanes = lo
+        .iter()
+        .zip(&hi)
+        .fold((f32::INFINITY, f32::NEG_INFINITY), |acc, (l, h)| {
+            (acc.0.min(*l), acc.1.max(*h))
+        });
+    tail.iter().fold(lanes, fold)
+}
+
 /// Writes `(row - mean) / sqrt(var + eps)` into `xhat`; returns 1 / sqrt(var + eps).
 pub(crate) fn standardize_row(row: &[f32], eps: f32, xhat: &mut [f32]) -> f32 {
     let n = row.len() as f32;
@@ -1075,6 +1097,31 @@ mod tests {
     use super::*;
     use crate::testing::tensors::{assert_close, uniform, values};
     use candle_core::{Device, Var};
+
+    /// The lane-wise minimum and maximum are the row's, wherever they lie (in the lanes or
+    /// in the tail), for rows shorter and longer than the lanes, with NaNs skipped.
+    #[test]
+    fn the_row_minimum_and_maximum_are_found_wherever_they_lie() {
+        for len in [1, 5, 8, 9, 16, 23, 100] {
+            for at in [0, len / 2, len - 1] {
+                let mut row: Vec<f32> = (0..len).map(|i| (i as f32 * 0.7).sin()).collect();
+                row[at] = -3.0;
+                row[(at + 1) % len] = if len > 1 { 4.0 } else { -3.0 };
+                let want = row
+                    .iter()
+                    .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| {
+                        (a.min(v), b.max(v))
+                    });
+                assert_eq!(row_min_max(&row), want, "length {len}, extreme at {at}");
+                row[(at + 2) % len] = f32::NAN;
+                let (lo, hi) = row_min_max(&row);
+                assert!(
+                    !lo.is_nan() && !hi.is_nan(),
+                    "length {len}: a NaN came through"
+                );
+            }
+        }
+    }
 
     fn close(a: &Tensor, b: &Tensor, tol: f32, what: &str) {
         assert_eq!(a.dims(), b.dims(), "{what}: shapes");

@@ -27,7 +27,7 @@ use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Storage, Tensor};
 use rayon::prelude::*;
 
 use super::direct_conv::{self, DirectShape};
-use super::fused::{dot, fusable, host_paths, narrowed, standardize_row, sum, widened};
+use super::fused::{fusable, host_paths, narrowed, standardize_row, sum, widened};
 use super::host_conv::{filters_to_rows, rows_to_filters, with_scratch};
 use super::host_mlp::gemm_strided;
 use super::recycled;
@@ -413,6 +413,81 @@ fn layer_forward(
     }
 }
 
+/// What a layer's norm backward pass reads: the values per sample, the norm's scale, the
+/// layer's output (after its ReLU), the normalised values and each sample's 1 / std.
+struct NormBackward<'a> {
+    per_sample: usize,
+    gamma: &'a [f32],
+    out: &'a [f32],
+    xhat: &'a [f32],
+    rstd: &'a [f32],
+}
+
+/// A layer's gradient back through its ReLU and its per-sample norm, in place in `g`
+/// (channels-last): the ReLU's gradient into `residual` when given, the norm's scale and
+/// shift gradients and the bias's (the sum of the result) added into `grads`. Two passes
+/// over each sample, sums kept per channel.
+fn norm_backward(
+    norm: NormBackward<'_>,
+    g: &mut [f32],
+    mut residual: Option<&mut [f32]>,
+    (dbias, dgamma, dbeta): (&mut [f32], &mut [f32], &mut [f32]),
+) {
+    let o = norm.gamma.len();
+    let per_sample = norm.per_sample;
+    let inv = 1.0 / per_sample as f32;
+    let (mut sum_d, mut sum_dx) = (vec![0f32; o], vec![0f32; o]);
+    for (s, ((gs, xs), outs)) in g
+        .chunks_exact_mut(per_sample)
+        .zip(norm.xhat.chunks_exact(per_sample))
+        .zip(norm.out.chunks_exact(per_sample))
+        .enumerate()
+    {
+        sum_d.fill(0.0);
+        sum_dx.fill(0.0);
+        let mut kept = residual
+            .as_deref_mut()
+            .map(|r| &mut r[s * per_sample..(s + 1) * per_sample]);
+        let (gamma, dgamma, dbeta) = (&norm.gamma[..o], &mut dgamma[..o], &mut dbeta[..o]);
+        let (sum_d, sum_dx) = (&mut sum_d[..o], &mut sum_dx[..o]);
+        for (p, ((gp, xp), op)) in gs
+            .chunks_exact_mut(o)
+            .zip(xs.chunks_exact(o))
+            .zip(outs.chunks_exact(o))
+            .enumerate()
+        {
+            let (gp, xp, op) = (&mut gp[..o], &xp[..o], &op[..o]);
+            for c in 0..o {
+                // Through the ReLU, as a mask (a branch here defeats vectorisation).
+                let keep = u32::from(op[c] > 0.0).wrapping_neg();
+                gp[c] = f32::from_bits(gp[c].to_bits() & keep);
+            }
+            if let Some(r) = kept.as_deref_mut() {
+                r[p * o..(p + 1) * o].copy_from_slice(gp);
+            }
+            for c in 0..o {
+                let (gv, xv) = (gp[c], xp[c]);
+                dgamma[c] += gv * xv;
+                dbeta[c] += gv;
+                let d = gv * gamma[c];
+                sum_d[c] += d;
+                sum_dx[c] += d * xv;
+                gp[c] = d;
+            }
+        }
+        let (mean_d, mean_dx) = (sum(sum_d) * inv, sum(sum_dx) * inv);
+        let rstd = norm.rstd[s];
+        let dbias = &mut dbias[..o];
+        for (gp, xp) in gs.chunks_exact_mut(o).zip(xs.chunks_exact(o)) {
+            let (gp, xp) = (&mut gp[..o], &xp[..o]);
+            for c in 0..o {
+                gp[c] = rstd * (gp[c] - mean_d - xp[c] * mean_dx);
+                dbias[c] += gp[c];
+            }
+        }
+    }
+}
+
 impl HostTrunk {
     /// The trunk on one chunk of `n` samples (`x` channels-first), its output channels-first
     /// into `out`; the activations when kept.
@@ -573,54 +648,28 @@ impl HostTrunk {
                 let params = &layers[l];
                 let c = shape.layer_input(l);
                 let row_len = k * k * c;
-                // Through the ReLU.
-                for (gv, a) in g.iter_mut().zip(&saved.acts[l + 1]) {
-                    *gv = if *a > 0.0 { *gv } else { 0.0 };
-                }
-                if shape.closes_block(l) {
-                    let mut residual = recycled::take(g.len());
-                    residual.copy_from_slice(&g);
-                    pending_residual = Some(residual);
-                }
-                // Through the norm: g becomes the gradient of the convolution's output.
+                // Through the ReLU and the norm: g becomes the gradient of the convolution's
+                // output. A block's last layer keeps its gradient after the ReLU for the
+                // residual path.
                 let (filter_len, param) = (shape.filter_len(l), &mut grads[l]);
                 let (dfilters, rest) = param.split_at_mut(filter_len);
                 let (dbias, rest) = rest.split_at_mut(o);
                 let (dgamma, dbeta) = rest.split_at_mut(o);
-                let xhat = &saved.xhat[l];
-                let mut dxhat = vec![0f32; per_sample];
-                for (s, (gs, xs)) in g
-                    .chunks_exact_mut(per_sample)
-                    .zip(xhat.chunks_exact(per_sample))
-                    .enumerate()
-                {
-                    for ((dv, gp), xp) in dxhat
-                        .chunks_exact_mut(o)
-                        .zip(gs.chunks_exact(o))
-                        .zip(xs.chunks_exact(o))
-                    {
-                        for (((d, (&gv, &xv)), (dg, db)), &gm) in dv
-                            .iter_mut()
-                            .zip(gp.iter().zip(xp))
-                            .zip(dgamma.iter_mut().zip(dbeta.iter_mut()))
-                            .zip(&params.gamma)
-                        {
-                            *dg += gv * xv;
-                            *db += gv;
-                            *d = gv * gm;
-                        }
-                    }
-                    let inv = 1.0 / per_sample as f32;
-                    let (mean_g, mean_gx) = (sum(&dxhat) * inv, dot(&dxhat, xs) * inv);
-                    let rstd = saved.rstd[l][s];
-                    for ((gv, dv), xv) in gs.iter_mut().zip(&dxhat).zip(xs) {
-                        *gv = rstd * (dv - mean_g - xv * mean_gx);
-                    }
-                }
-                for row in g.chunks_exact(o) {
-                    for (d, v) in dbias.iter_mut().zip(row) {
-                        *d += v;
-                    }
+                let mut residual = shape.closes_block(l).then(|| recycled::take(g.len()));
+                norm_backward(
+                    NormBackward {
+                        per_sample,
+                        gamma: &params.gamma,
+                        out: &saved.acts[l + 1],
+                        xhat: &saved.xhat[l],
+                        rstd: &saved.rstd[l],
+                    },
+                    &mut g,
+                    residual.as_deref_mut(),
+                    (dbias, dgamma, dbeta),
+                );
+                if residual.is_some() {
+                    pending_residual = residual;
                 }
                 // Filter gradients [O, k k C] = g^T x patches.
                 if direct_conv::supported(o) {

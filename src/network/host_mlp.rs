@@ -201,8 +201,7 @@ pub(crate) fn relu(x: &mut [f32]) {
 /// Scale every row to [0, 1]: `(s - min) / (max - min + 1e-5)`.
 pub(crate) fn min_max_scale(x: &mut [f32], width: usize) {
     for row in x.chunks_exact_mut(width) {
-        let min = row.iter().copied().fold(f32::INFINITY, f32::min);
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let (min, max) = super::fused::row_min_max(row);
         let scale = max - min + 1e-5;
         for v in row {
             *v = (*v - min) / scale;

@@ -17,7 +17,9 @@ use std::collections::HashMap;
 use candle_core::{Device, Tensor};
 
 use super::loss::LossValues;
-use crate::network::fused::{layer_norm_backward_rows, layer_norm_rows, row_log_sum_exp};
+use crate::network::fused::{
+    dot, layer_norm_backward_rows, layer_norm_rows, row_log_sum_exp, row_min_max, sum,
+};
 use crate::network::host_mlp::{
     gemm_strided, host_values, min_max_scale, relu as relu_in_place, HostMlp, Weights,
 };
@@ -329,13 +331,6 @@ impl Trunk {
     }
 }
 
-fn row_min_max(row: &[f32]) -> (f32, f32) {
-    row.iter()
-        .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
-            (lo.min(v), hi.max(v))
-        })
-}
-
 /// The gradient of [`min_max_scale`]'s input `u`, given its output `y` and the output's
 /// gradient `dy`. As candle's `min`/`max` do, every element equal to the row's minimum
 /// (maximum) receives the minimum's (maximum's) whole gradient.
@@ -349,19 +344,15 @@ pub(super) fn min_max_scale_backward(u: &[f32], y: &[f32], dy: &[f32], width: us
         let (min, max) = row_min_max(u);
         let scale = max - min + MIN_MAX_EPS;
         // y = (u - min) / scale: d/dmin = (y - 1) / scale, d/dmax = -y / scale.
-        let (mut dmin, mut dmax) = (0f32, 0f32);
+        let dyy = dot(dy, y);
+        let (dmin, dmax) = ((dyy - sum(dy)) / scale, -dyy / scale);
         for j in 0..width {
-            dmin += dy[j] * (y[j] - 1.0);
-            dmax -= dy[j] * y[j];
-            du[j] = dy[j] / scale;
-        }
-        for j in 0..width {
-            if u[j] == min {
-                du[j] += dmin / scale;
-            }
-            if u[j] == max {
-                du[j] += dmax / scale;
-            }
+            // Branch-free (masks), so that the loop vectorises.
+            let at_min = u32::from(u[j] == min).wrapping_neg();
+            let at_max = u32::from(u[j] == max).wrapping_neg();
+            du[j] = dy[j] / scale
+                + f32::from_bits(dmin.to_bits() & at_min)
+                + f32::from_bits(dmax.to_bits() & at_max);
         }
     }
     du
