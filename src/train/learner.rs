@@ -6,7 +6,7 @@
 //! the first replica's device, summed, divided by N) and every replica applies the same update
 //! with its own copy of the optimizer state, so the replicas stay identical.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use candle_core::{DType, Device, Tensor};
 
@@ -14,6 +14,7 @@ use super::host_conv_loss::{self, HostConvValues};
 use super::host_loss;
 use super::loss::{unrolled_loss_with, LossOutput, LossValues, LossWeights};
 use super::optimizer::{AdamW, AdamWConfig, LrSchedule};
+use super::value_cache::{self, TargetValueCache};
 use crate::distributed::Collective;
 use crate::network::host_mlp::HostMlp;
 use crate::network::{MuZeroNetwork, NetworkError};
@@ -77,6 +78,8 @@ struct Replica {
     target_host: Option<HostMlp>,
     /// The same for a conv `target` ([`HostConvValues`]).
     target_conv: Option<HostConvValues>,
+    /// `target`'s bootstrap values by observation, emptied whenever the target changes.
+    target_values: Mutex<TargetValueCache>,
     optimizer: AdamW,
 }
 
@@ -98,6 +101,7 @@ impl Replica {
             target_inference,
             target_host,
             target_conv,
+            target_values: Mutex::new(TargetValueCache::new(value_cache::CACHE_BYTES)),
             optimizer,
         })
     }
@@ -107,6 +111,10 @@ impl Replica {
         self.target_inference = self.target.inference_copy()?;
         self.target_host = host_copy(&self.target)?;
         self.target_conv = HostConvValues::new(&self.target)?;
+        self.target_values
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         Ok(())
     }
 
@@ -132,17 +140,22 @@ impl Replica {
                                 .copied()
                         })
                         .collect();
-                    let computed = match &self.target_host {
+                    let pass = |observations: &[f32]| match &self.target_host {
                         Some(host) => {
-                            let (_, out) = host.initial(&observations);
+                            let (_, out) = host.initial(observations);
                             let support = &self.target.spec().value_support;
-                            support.logits_to_scalars(&out.value_logits)
+                            Ok(support.logits_to_scalars(&out.value_logits))
                         }
                         None => match &self.target_conv {
-                            Some(host) => host.values(&observations)?,
-                            None => self.target_inference.values(&observations)?,
+                            Some(host) => host.values(observations),
+                            None => self.target_inference.values(observations),
                         },
                     };
+                    let computed = self
+                        .target_values
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .values(&observations, obs_len, pass)?;
                     for (&i, v) in needed.iter().zip(computed) {
                         values[i] = v;
                     }
@@ -416,6 +429,20 @@ impl Learner {
             replica.optimizer.load_state(state, optimizer_step)?;
         }
         Ok(())
+    }
+
+    /// Bootstrap observations whose target value came from the cache of values of the
+    /// current target network, and all bootstrap observations looked up, since the learner
+    /// was made (every replica).
+    pub fn target_value_counts(&self) -> (u64, u64) {
+        self.replicas.iter().fold((0, 0), |(hits, all), r| {
+            let (h, a) = r
+                .target_values
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .counts();
+            (hits + h, all + a)
+        })
     }
 
     /// Value targets for `batch` as the first replica computes them.

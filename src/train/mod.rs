@@ -9,5 +9,6 @@ pub mod loss;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 pub mod optimizer;
+pub mod value_cache;
 
 pub use learner::{Learner, LearnerConfig, TrainStats, ValueTarget};

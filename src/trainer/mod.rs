@@ -572,6 +572,14 @@ impl<'a> TrainingRun<'a> {
             }
         };
         self.counters.elapsed_seconds = elapsed_before + segment_start.elapsed().as_secs_f64();
+        let (hits, lookups) = self.learner.target_value_counts();
+        if lookups > 0 {
+            sink.log(&format!(
+                "target network values: {hits} of {lookups} bootstrap observations ({:.1}%) \
+                 answered from the values kept for the current target",
+                100.0 * hits as f64 / lookups as f64
+            ));
+        }
         if let Some(c) = &self.collective {
             let difference = self.learner.max_difference_from_rank_0()?;
             if difference != 0.0 {
