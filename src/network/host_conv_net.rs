@@ -15,11 +15,9 @@ use candle_core::DType;
 
 use super::fused::dot;
 use super::host_conv_trunk::{to_channels_last, TrunkOnChunks, TrunkShape};
-use super::host_mlp::{
-    host_values, min_max_scale, HostLinear, HostOutputs, HostStep, Weights, SPLIT_ROWS,
-};
+use super::host_inference::{HostInference, HostOutputs, HostStep};
+use super::host_mlp::{host_values, min_max_scale, HostLinear, Weights};
 use super::{MuZeroNetwork, NetworkError, NetworkSpec};
-use crate::threads::side_by_side;
 
 /// Board positions a call runs through the networks at a time (whole boards, at least one).
 const CHUNK_POSITIONS: usize = 512;
@@ -212,7 +210,7 @@ pub struct HostConv {
     dynamics: (TrunkOnChunks, Planes, Dense),
     /// Blocks, policy planes, `policy_out`, value planes, value head.
     prediction: (TrunkOnChunks, Planes, HostLinear, Planes, Dense),
-    /// Whether calls of [`SPLIT_ROWS`] rows or more run as two halves side by side.
+    /// [`HostInference::splits`].
     split: bool,
 }
 
@@ -281,96 +279,10 @@ impl HostConv {
         }
     }
 
-    /// Values of a latent (channels-last boards).
-    pub fn latent_dim(&self) -> usize {
-        self.channels * self.hw
-    }
-
-    /// The search's first call: latents of the observations and the prediction there.
-    /// Large batches run in two halves on two threads.
-    pub fn initial(&self, observations: &[f32]) -> (Vec<f32>, HostOutputs) {
-        let batch = observations.len() / self.obs_len.max(1);
-        if !self.split || batch < SPLIT_ROWS {
-            return self.initial_serial(observations);
-        }
-        let (first, second) = observations.split_at(batch / 2 * self.obs_len);
-        let ((mut latents, mut outputs), (more_latents, more)) = side_by_side(
-            || self.initial_serial(first),
-            || self.initial_serial(second),
-        );
-        latents.extend(more_latents);
-        outputs.policy_logits.extend(more.policy_logits);
-        outputs.value_logits.extend(more.value_logits);
-        (latents, outputs)
-    }
-
-    /// [`Self::initial`] on this thread.
-    pub fn initial_serial(&self, observations: &[f32]) -> (Vec<f32>, HostOutputs) {
-        let mut latents = Vec::new();
-        let mut outputs = HostOutputs {
-            policy_logits: Vec::new(),
-            value_logits: Vec::new(),
-        };
-        for chunk in observations.chunks(self.boards_per_chunk() * self.obs_len.max(1)) {
-            let latent = self.represent(chunk);
-            let out = self.predict(&latent);
-            latents.extend(latent);
-            outputs.policy_logits.extend(out.policy_logits);
-            outputs.value_logits.extend(out.value_logits);
-        }
-        (latents, outputs)
-    }
-
     /// Boards a call runs through the networks at a time: the layers' buffers of a few
     /// hundred positions stay in the core's cache, where a whole batch's would not.
     fn boards_per_chunk(&self) -> usize {
         (CHUNK_POSITIONS / self.hw.max(1)).max(1)
-    }
-
-    /// The search's recurrent call: dynamics from `latents` with `actions` `[B]`, then the
-    /// prediction at the new latents. Large batches run in two halves on two threads.
-    pub fn recurrent(&self, latents: &[f32], actions: &[usize]) -> Result<HostStep, NetworkError> {
-        let batch = actions.len();
-        if !self.split || batch < SPLIT_ROWS {
-            return self.recurrent_serial(latents, actions);
-        }
-        let half = batch / 2;
-        let (first_latents, second_latents) = latents.split_at(half * self.latent_dim());
-        let (first_actions, second_actions) = actions.split_at(half);
-        let (first, second) = side_by_side(
-            || self.recurrent_serial(first_latents, first_actions),
-            || self.recurrent_serial(second_latents, second_actions),
-        );
-        Ok(first?.append(second?))
-    }
-
-    fn recurrent_serial(
-        &self,
-        latents: &[f32],
-        actions: &[usize],
-    ) -> Result<HostStep, NetworkError> {
-        let boards = self.boards_per_chunk();
-        let mut step = HostStep {
-            latents: Vec::new(),
-            reward_logits: Vec::new(),
-            outputs: HostOutputs {
-                policy_logits: Vec::new(),
-                value_logits: Vec::new(),
-            },
-        };
-        for (latents, actions) in latents
-            .chunks(boards * self.latent_dim())
-            .zip(actions.chunks(boards))
-        {
-            let (next, reward_logits) = self.dynamics(latents, actions)?;
-            let outputs = self.predict(&next);
-            step = step.append(HostStep {
-                latents: next,
-                reward_logits,
-                outputs,
-            });
-        }
-        Ok(step)
     }
 
     /// h: observations `[B * obs_len]` (channels-first, unscaled) -> latents (channels-last)
@@ -421,9 +333,59 @@ impl HostConv {
     }
 }
 
+impl HostInference for HostConv {
+    fn obs_len(&self) -> usize {
+        self.obs_len
+    }
+
+    /// Values of a latent (channels-last boards).
+    fn latent_dim(&self) -> usize {
+        self.channels * self.hw
+    }
+
+    fn splits(&self) -> bool {
+        self.split
+    }
+
+    fn initial_serial(&self, observations: &[f32]) -> (Vec<f32>, HostOutputs) {
+        let mut latents =
+            Vec::with_capacity(observations.len() / self.obs_len.max(1) * self.latent_dim());
+        let mut outputs = HostOutputs::default();
+        for chunk in observations.chunks(self.boards_per_chunk() * self.obs_len.max(1)) {
+            let latent = self.represent(chunk);
+            outputs = outputs.append(self.predict(&latent));
+            latents.extend(latent);
+        }
+        (latents, outputs)
+    }
+
+    fn recurrent_serial(
+        &self,
+        latents: &[f32],
+        actions: &[usize],
+    ) -> Result<HostStep, NetworkError> {
+        let boards = self.boards_per_chunk();
+        let mut step = HostStep::default();
+        for (latents, actions) in latents
+            .chunks(boards * self.latent_dim())
+            .zip(actions.chunks(boards))
+        {
+            let (next, reward_logits) = self.dynamics(latents, actions)?;
+            let outputs = self.predict(&next);
+            step = step.append(HostStep {
+                latents: next,
+                reward_logits,
+                outputs,
+            });
+        }
+        Ok(step)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::network::host_inference::SPLIT_ROWS;
     use candle_core::{Device, Tensor};
 
     /// A conv network over `shape` boards with 3 actions, `channels` channels and `blocks`

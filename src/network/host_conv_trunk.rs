@@ -488,37 +488,51 @@ fn norm_backward(
     }
 }
 
+/// How a caller lays out a board's values: the tensors' `[C, H, W]` or the kernels' own
+/// `[H, W, C]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BoardLayout {
+    ChannelsFirst,
+    ChannelsLast,
+}
+
+impl BoardLayout {
+    /// `src`, boards of `c` channels over `hw` positions in this layout, into `dst`
+    /// channels-last.
+    fn load(self, src: &[f32], c: usize, hw: usize, dst: &mut [f32]) {
+        match self {
+            Self::ChannelsFirst => to_channels_last(src, c, hw, dst),
+            Self::ChannelsLast => dst.copy_from_slice(src),
+        }
+    }
+
+    /// `src`, channels-last boards of `c` channels over `hw` positions, into `dst` in this
+    /// layout.
+    fn store(self, src: &[f32], c: usize, hw: usize, dst: &mut [f32]) {
+        match self {
+            Self::ChannelsFirst => to_channels_first(src, c, hw, dst),
+            Self::ChannelsLast => dst.copy_from_slice(src),
+        }
+    }
+}
+
 impl HostTrunk {
-    /// The trunk on one chunk of `n` samples (`x` channels-first), its output channels-first
-    /// into `out`; the activations when kept.
+    /// The trunk on one chunk of `n` samples, `x` and `out` in `layout`; the activations
+    /// (kept for the backward pass when `keep`).
     fn forward_chunk(
         &self,
         layers: &[LayerParams],
         x: &[f32],
         out: &mut [f32],
-    ) -> Option<ChunkSaved> {
+        layout: BoardLayout,
+        keep: bool,
+    ) -> ChunkSaved {
         let hw = self.shape.positions();
         // Overwritten whole before it is read.
         let mut input = recycled::take(x.len());
-        to_channels_last(x, self.shape.input, hw, &mut input);
-        let saved = self.forward_layers(layers, input, self.keep);
-        to_channels_first(saved.output(), self.shape.channels, hw, out);
-        self.keep.then_some(saved)
-    }
-
-    /// [`Self::forward_chunk`] with the input and output channels-last, keeping the
-    /// activations when `keep`.
-    fn forward_chunk_last(
-        &self,
-        layers: &[LayerParams],
-        x: &[f32],
-        out: &mut [f32],
-        keep: bool,
-    ) -> ChunkSaved {
-        let mut input = recycled::take(x.len());
-        input.copy_from_slice(x);
+        layout.load(x, self.shape.input, hw, &mut input);
         let saved = self.forward_layers(layers, input, keep);
-        out.copy_from_slice(saved.output());
+        layout.store(saved.output(), self.shape.channels, hw, out);
         saved
     }
 
@@ -581,41 +595,24 @@ impl HostTrunk {
         }
     }
 
-    /// The backward pass of one chunk: the input's gradient (channels-first, when wanted) into
-    /// `dx`, and the chunk's parameter gradients (packed, in [`TrunkShape`]'s order, filters in
-    /// patch-row order) returned.
+    /// The backward pass of one chunk, `grad` and `dx` in `layout`: the input's gradient
+    /// (when wanted) into `dx`, and the chunk's parameter gradients (packed, in
+    /// [`TrunkShape`]'s order, filters in patch-row order) returned.
     fn backward_chunk(
         &self,
         layers: &[LayerParams],
         saved: &ChunkSaved,
         grad: &[f32],
         dx: Option<&mut [f32]>,
+        layout: BoardLayout,
     ) -> Vec<Vec<f32>> {
         let hw = self.shape.positions();
         // Overwritten whole by the gradient.
         let mut g = recycled::take(grad.len());
-        to_channels_last(grad, self.shape.channels, hw, &mut g);
+        layout.load(grad, self.shape.channels, hw, &mut g);
         let (grads, g_in) = self.backward_layers(layers, saved, g, dx.is_some());
         if let (Some(dx), Some(g_in)) = (dx, g_in) {
-            to_channels_first(&g_in, self.shape.input, hw, dx);
-            recycled::give(g_in);
-        }
-        grads
-    }
-
-    /// [`Self::backward_chunk`] with the gradients of the output and the input channels-last.
-    fn backward_chunk_last(
-        &self,
-        layers: &[LayerParams],
-        saved: &ChunkSaved,
-        grad: &[f32],
-        dx: Option<&mut [f32]>,
-    ) -> Vec<Vec<f32>> {
-        let mut g = recycled::take(grad.len());
-        g.copy_from_slice(grad);
-        let (grads, g_in) = self.backward_layers(layers, saved, g, dx.is_some());
-        if let (Some(dx), Some(g_in)) = (dx, g_in) {
-            dx.copy_from_slice(&g_in);
+            layout.store(&g_in, self.shape.input, hw, dx);
             recycled::give(g_in);
         }
         grads
@@ -817,7 +814,9 @@ impl TrunkOnChunks {
             out.copy_from_slice(x);
             return ChunkActivations(None);
         }
-        let saved = self.op.forward_chunk_last(&self.forward, x, out, keep);
+        let saved = self
+            .op
+            .forward_chunk(&self.forward, x, out, BoardLayout::ChannelsLast, keep);
         ChunkActivations(keep.then_some(saved))
     }
 
@@ -842,7 +841,9 @@ impl TrunkOnChunks {
             .backward
             .as_ref()
             .expect("a backward pass through a trunk built for inference alone");
-        let layers = self.op.backward_chunk_last(backward, saved, grad, dx);
+        let layers = self
+            .op
+            .backward_chunk(backward, saved, grad, dx, BoardLayout::ChannelsLast);
         let mut at = 0;
         for layer in layers {
             for (g, v) in grads[at..at + layer.len()].iter_mut().zip(&layer) {
@@ -900,10 +901,15 @@ impl CustomOp2 for HostTrunk {
         let per_chunk = shape.samples_per_chunk();
         let out_board = shape.channels * hw;
         let mut out = vec![0f32; b * out_board];
+        // Without a backward pass each chunk's buffers go back as soon as it is done.
         let saved: Vec<Option<ChunkSaved>> = out
             .par_chunks_mut(per_chunk * out_board)
             .zip(x.par_chunks(per_chunk * board))
-            .map(|(out, x)| self.forward_chunk(&layers, x, out))
+            .map(|(out, x)| {
+                let saved =
+                    self.forward_chunk(&layers, x, out, BoardLayout::ChannelsFirst, self.keep);
+                self.keep.then_some(saved)
+            })
             .collect();
         if self.keep {
             *self.saved.lock().unwrap_or_else(|e| e.into_inner()) =
@@ -947,12 +953,14 @@ impl CustomOp2 for HostTrunk {
             dx.par_chunks_mut(per_chunk * board)
                 .zip(grad_chunks)
                 .zip(saved.par_iter())
-                .map(|((dx, g), s)| self.backward_chunk(&layers, s, g, Some(dx)))
+                .map(|((dx, g), s)| {
+                    self.backward_chunk(&layers, s, g, Some(dx), BoardLayout::ChannelsFirst)
+                })
                 .collect()
         } else {
             grad_chunks
                 .zip(saved.par_iter())
-                .map(|(g, s)| self.backward_chunk(&layers, s, g, None))
+                .map(|(g, s)| self.backward_chunk(&layers, s, g, None, BoardLayout::ChannelsFirst))
                 .collect()
         };
         let mut dpacked = vec![0f32; shape.param_len()];

@@ -13,14 +13,10 @@ use std::collections::HashMap;
 use candle_core::{DType, Storage, Tensor};
 
 use super::fused::standardize_row;
+use super::host_inference::{HostInference, HostOutputs, HostStep};
 use super::{MuZeroNetwork, NetworkError, NetworkSpec};
-use crate::threads::side_by_side;
 
 const LAYER_NORM_EPS: f32 = 1e-5;
-
-/// Calls of at least this many rows run as two halves side by side (rayon), a fixed split
-/// whatever the number of threads, so results do not depend on it.
-pub(crate) const SPLIT_ROWS: usize = 64;
 
 /// `dst[m, n] += lhs[m, k] * rhs[k, n]`, all row-major and contiguous.
 fn matmul_add(m: usize, k: usize, n: usize, lhs: &[f32], rhs: &[f32], dst: &mut [f32]) {
@@ -278,37 +274,8 @@ pub struct HostMlp {
     dynamics: (HostTrunk, HostLinear, HostLinear),
     /// Prediction: trunk, then `policy_out` and `value_hidden` as one layer, then `value_out`.
     prediction: (HostTrunk, HostLinear, HostLinear),
-    /// Whether calls of [`SPLIT_ROWS`] rows or more run as two halves side by side (off in a
-    /// model that already runs on one half of a split search).
+    /// [`HostInference::splits`].
     split: bool,
-}
-
-/// One call's outputs, row-major.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HostOutputs {
-    pub policy_logits: Vec<f32>,
-    pub value_logits: Vec<f32>,
-}
-
-/// What a search needs from one recurrent call: the next latents, the reward logits and the
-/// prediction at the next latents.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HostStep {
-    pub latents: Vec<f32>,
-    pub reward_logits: Vec<f32>,
-    pub outputs: HostOutputs,
-}
-
-impl HostStep {
-    pub(crate) fn append(mut self, other: HostStep) -> HostStep {
-        self.latents.extend(other.latents);
-        self.reward_logits.extend(other.reward_logits);
-        self.outputs
-            .policy_logits
-            .extend(other.outputs.policy_logits);
-        self.outputs.value_logits.extend(other.outputs.value_logits);
-        self
-    }
 }
 
 impl HostMlp {
@@ -373,66 +340,6 @@ impl HostMlp {
             split: false,
             ..self
         }
-    }
-
-    pub fn latent_dim(&self) -> usize {
-        self.latent_dim
-    }
-
-    /// The search's first call: latents of the observations and the prediction there.
-    /// Large batches run in two halves on two threads.
-    pub fn initial(&self, observations: &[f32]) -> (Vec<f32>, HostOutputs) {
-        let batch = observations.len() / self.obs_len.max(1);
-        if !self.split || batch < SPLIT_ROWS {
-            return self.initial_serial(observations);
-        }
-        let (first, second) = observations.split_at(batch / 2 * self.obs_len);
-        let ((mut latents, mut outputs), (more_latents, more)) = side_by_side(
-            || self.initial_serial(first),
-            || self.initial_serial(second),
-        );
-        latents.extend(more_latents);
-        outputs.policy_logits.extend(more.policy_logits);
-        outputs.value_logits.extend(more.value_logits);
-        (latents, outputs)
-    }
-
-    fn initial_serial(&self, observations: &[f32]) -> (Vec<f32>, HostOutputs) {
-        let latents = self.represent(observations);
-        let outputs = self.predict(&latents);
-        (latents, outputs)
-    }
-
-    /// The search's recurrent call: dynamics from `latents` `[B, latent_dim]` with `actions`
-    /// `[B]`, then the prediction at the new latents. Large batches run in two halves on two
-    /// threads.
-    pub fn recurrent(&self, latents: &[f32], actions: &[usize]) -> Result<HostStep, NetworkError> {
-        let batch = actions.len();
-        if !self.split || batch < SPLIT_ROWS {
-            return self.recurrent_serial(latents, actions);
-        }
-        let half = batch / 2;
-        let (first_latents, second_latents) = latents.split_at(half * self.latent_dim);
-        let (first_actions, second_actions) = actions.split_at(half);
-        let (first, second) = side_by_side(
-            || self.recurrent_serial(first_latents, first_actions),
-            || self.recurrent_serial(second_latents, second_actions),
-        );
-        Ok(first?.append(second?))
-    }
-
-    fn recurrent_serial(
-        &self,
-        latents: &[f32],
-        actions: &[usize],
-    ) -> Result<HostStep, NetworkError> {
-        let (next, reward_logits) = self.dynamics(latents, actions)?;
-        let outputs = self.predict(&next);
-        Ok(HostStep {
-            latents: next,
-            reward_logits,
-            outputs,
-        })
     }
 
     /// h: observations `[B * obs_len]` -> latents `[B, latent_dim]` in [0, 1].
@@ -525,9 +432,44 @@ impl HostMlp {
     }
 }
 
+impl HostInference for HostMlp {
+    fn obs_len(&self) -> usize {
+        self.obs_len
+    }
+
+    fn latent_dim(&self) -> usize {
+        self.latent_dim
+    }
+
+    fn splits(&self) -> bool {
+        self.split
+    }
+
+    fn initial_serial(&self, observations: &[f32]) -> (Vec<f32>, HostOutputs) {
+        let latents = self.represent(observations);
+        let outputs = self.predict(&latents);
+        (latents, outputs)
+    }
+
+    fn recurrent_serial(
+        &self,
+        latents: &[f32],
+        actions: &[usize],
+    ) -> Result<HostStep, NetworkError> {
+        let (next, reward_logits) = self.dynamics(latents, actions)?;
+        let outputs = self.predict(&next);
+        Ok(HostStep {
+            latents: next,
+            reward_logits,
+            outputs,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::network::host_inference::SPLIT_ROWS;
     use crate::support::Support;
     use candle_core::Device;
 

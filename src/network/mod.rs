@@ -17,6 +17,7 @@ mod fused_cuda;
 pub mod host_conv;
 pub mod host_conv_net;
 pub mod host_conv_trunk;
+pub mod host_inference;
 pub mod host_mlp;
 pub mod layers;
 pub mod mlp;

@@ -172,6 +172,7 @@ mod tests {
     //! The packed order walked on the host exactly as the kernels walk it (a reading cursor,
     //! one row at a time), against the host MLP on the same weights.
     use super::*;
+    use crate::network::host_inference::HostInference;
     use crate::network::host_mlp::HostMlp;
     use crate::support::Support;
     use crate::testing::specs::tiny_spec;

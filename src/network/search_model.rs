@@ -14,7 +14,8 @@
 use candle_core::Tensor;
 
 use super::host_conv_net::HostConv;
-use super::host_mlp::{HostMlp, HostOutputs, HostStep};
+use super::host_inference::HostInference;
+use super::host_mlp::HostMlp;
 use super::value_prefix::{is_reset, PrefixState};
 use super::{MuZeroNetwork, NetworkError};
 use crate::model::{Model, ModelError, Prediction};
@@ -78,24 +79,11 @@ impl HostNetwork {
         }
     }
 
-    fn latent_dim(&self) -> usize {
+    /// The network's calls.
+    fn calls(&self) -> &dyn HostInference {
         match self {
-            Self::Mlp(net) => net.latent_dim(),
-            Self::Conv(net) => net.latent_dim(),
-        }
-    }
-
-    fn initial(&self, observations: &[f32]) -> (Vec<f32>, HostOutputs) {
-        match self {
-            Self::Mlp(net) => net.initial(observations),
-            Self::Conv(net) => net.initial(observations),
-        }
-    }
-
-    fn recurrent(&self, latents: &[f32], actions: &[usize]) -> Result<HostStep, NetworkError> {
-        match self {
-            Self::Mlp(net) => net.recurrent(latents, actions),
-            Self::Conv(net) => net.recurrent(latents, actions),
+            Self::Mlp(net) => net,
+            Self::Conv(net) => net,
         }
     }
 }
@@ -213,7 +201,7 @@ impl<'a> SearchModel<'a> {
                 actions.len(),
             )));
         }
-        let l = host.latent_dim();
+        let l = host.calls().latent_dim();
         let mut parent_latents = Vec::with_capacity(b * l);
         for (i, &p) in parents.iter().enumerate() {
             if p >= capacity {
@@ -224,7 +212,7 @@ impl<'a> SearchModel<'a> {
             let row = p * b + i;
             parent_latents.extend_from_slice(&latents[row * l..(row + 1) * l]);
         }
-        let step = host.recurrent(&parent_latents, actions)?;
+        let step = host.calls().recurrent(&parent_latents, actions)?;
         latents[new_node * b * l..(new_node + 1) * b * l].copy_from_slice(&step.latents);
         let out = step.outputs;
         Ok(self.host_outputs(
@@ -367,7 +355,7 @@ impl Model for SearchModel<'_> {
             if self.forked {
                 host = host.serial();
             }
-            let (latent, out) = host.initial(observations);
+            let (latent, out) = host.calls().initial(observations);
             let mut latents = vec![0f32; capacity.max(1) * latent.len()];
             latents[..latent.len()].copy_from_slice(&latent);
             self.host = Some((host, latents));

@@ -29,6 +29,7 @@ use crate::network::host_conv_net::{
     dynamics_input, load_pointwise, load_trunk, pointwise, HostConv,
 };
 use crate::network::host_conv_trunk::{to_channels_last, ChunkActivations, TrunkOnChunks};
+use crate::network::host_inference::HostInference;
 use crate::network::host_mlp::{min_max_scale, relu as relu_in_place, Weights};
 use crate::network::{MuZeroNetwork, NetworkError, NetworkSpec};
 use crate::replay::Batch;

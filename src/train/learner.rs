@@ -16,6 +16,7 @@ use super::loss::{unrolled_loss_with, LossOutput, LossValues, LossWeights};
 use super::optimizer::{AdamW, AdamWConfig, LrSchedule};
 use super::value_cache::{self, TargetValueCache};
 use crate::distributed::Collective;
+use crate::network::host_inference::HostInference;
 use crate::network::host_mlp::HostMlp;
 use crate::network::{MuZeroNetwork, NetworkError};
 use crate::op_count::read_f32;
