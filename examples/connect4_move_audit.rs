@@ -27,7 +27,9 @@
 //! the opponent's ties come from a generator seeded 7.
 
 use cumind::agent::Agent;
-use cumind::arena::connect_four::{alphabeta_move_values, exact_move_values, Board};
+use cumind::arena::connect_four::{
+    alphabeta_move_value, alphabeta_move_values, exact_move_value, exact_move_values, Board,
+};
 use cumind::arena::{Opponent, OpponentSpec};
 use cumind::op_count::read_f32;
 use rand::{Rng, SeedableRng};
@@ -61,14 +63,6 @@ fn outcome(value: f32) -> i32 {
     }
 }
 
-fn value_of(values: &[(usize, f32)], action: usize) -> f32 {
-    values
-        .iter()
-        .find(|v| v.0 == action)
-        .expect("a legal move")
-        .1
-}
-
 impl Audit {
     /// Checks the agent's `action` in `board` (observation `observation`); whether it was a
     /// mistake at depth 7 or against the exact value.
@@ -78,7 +72,9 @@ impl Audit {
         for (i, &depth) in DEPTHS.iter().enumerate() {
             let values = alphabeta_move_values(board, depth);
             let best = values.iter().map(|v| v.1).fold(f32::MIN, f32::max);
-            let chosen = value_of(&values, action);
+            // The played move's own value: in `values` a move worse than the best may carry
+            // only a bound.
+            let chosen = alphabeta_move_value(board, action, depth).expect("a legal move");
             let last = i + 1 == DEPTHS.len();
             // Above 1: a forced win; below -1: a forced loss (see alphabeta_move_values).
             if best > 1.0 && chosen <= 1.0 {
@@ -110,12 +106,12 @@ impl Audit {
             .expect("a legal move");
         let best = exact.iter().map(|v| outcome(v.1)).max().expect("a move");
         self.solved += 1;
-        if outcome(value_of(&exact, action)) == best {
+        if outcome(exact_move_value(board, action).expect("a legal move")) == best {
             self.solved_kept += 1;
         } else {
             mistake = true;
         }
-        if outcome(value_of(&exact, prior_top)) == best {
+        if outcome(exact_move_value(board, prior_top).expect("a legal move")) == best {
             self.prior_kept += 1;
         }
         if best != 0 {

@@ -99,7 +99,7 @@ impl Board {
     }
 
     /// The position after the mover drops a stone into `column`, seen by the next mover.
-    fn play(&self, column: usize) -> Self {
+    pub(super) fn play(&self, column: usize) -> Self {
         let stones = self.stones | self.landing(column);
         Self {
             mover: self.mover ^ self.stones,
@@ -351,6 +351,50 @@ pub fn exact_move_values(board: &Board) -> Option<Vec<(usize, f32)>> {
         .then(|| Searcher::new(true).move_values(board, board.empty_cells(), 0.0))
 }
 
+/// The value of playing `column` on `board` for the player to move, `depth` plies deep (the
+/// move itself the first; `exact`: to the end of the game, no heuristic), whether or not the
+/// move is the best. In [`alphabeta_move_values`] and [`exact_move_values`] a move worse than
+/// the best may carry only a bound of its value: enough to choose a move, not to judge one.
+/// `None` when the column is full.
+fn move_value(board: &Board, column: usize, depth: usize, exact: bool) -> Option<f32> {
+    if column >= COLUMNS || !board.can_play(column) {
+        return None;
+    }
+    if board.is_winning_move(column) {
+        return Some(win_value(board.empty_cells() - 1));
+    }
+    let next = board.play(column);
+    let mut searcher = Searcher::new(exact);
+    if depth <= 1 || next.empty_cells() == 0 {
+        return Some(-searcher.negamax(&next, 0, -2.0, 2.0));
+    }
+    // The best reply's value is exact (the others may be bounds).
+    let replies = searcher.move_values(&next, depth - 1, 0.0);
+    Some(
+        -replies
+            .into_iter()
+            .map(|(_, v)| v)
+            .fold(f32::NEG_INFINITY, f32::max),
+    )
+}
+
+/// The value of playing `column` on `board`, as [`alphabeta_move_values`] scores moves
+/// (`depth` plies, the move the first) but exact at that depth for any move, not only the
+/// best; `None` when the column is full.
+pub fn alphabeta_move_value(board: &Board, column: usize, depth: usize) -> Option<f32> {
+    move_value(board, column, depth, false)
+}
+
+/// The exact value of playing `column` on `board`, as [`exact_move_values`] scores moves but
+/// exact for any move, not only the best; `None` when the column is full or `board` has more
+/// than [`PERFECT_MAX_EMPTY`] empty cells.
+pub fn exact_move_value(board: &Board, column: usize) -> Option<f32> {
+    if board.empty_cells() > PERFECT_MAX_EMPTY {
+        return None;
+    }
+    move_value(board, column, board.empty_cells(), true)
+}
+
 /// The move `alphabeta:DEPTH` plays on `board`: uniformly among the moves whose values are
 /// within 1e-6 of the best.
 pub fn alphabeta_move<R: Rng + ?Sized>(board: &Board, depth: usize, rng: &mut R) -> usize {
@@ -483,9 +527,60 @@ mod tests {
             for (&(a, v), &(ta, tv)) in ours.iter().zip(&theirs) {
                 assert_eq!(a, ta);
                 assert!(outcome(v) >= tv, "column {a}: {ours:?} against {theirs:?}");
+                // One move at a time, every move's value is exact.
+                assert_eq!(outcome(exact_move_value(&b, a).unwrap()), tv, "column {a}");
                 if best(&ours).contains(&a) {
                     assert_eq!(tv, their_best, "column {a}: {ours:?} against {theirs:?}");
                     assert_eq!(outcome(v), tv, "column {a}: {ours:?} against {theirs:?}");
+                }
+            }
+        }
+    }
+
+    /// Plain negamax without pruning or table, as [`Searcher::negamax`] scores positions.
+    fn brute_force(b: &Board, depth: usize) -> f32 {
+        let empty = b.empty_cells();
+        if empty == 0 {
+            return 0.0;
+        }
+        if (0..COLUMNS).any(|c| b.can_play(c) && b.is_winning_move(c)) {
+            return win_value(empty - 1);
+        }
+        if depth == 0 {
+            return b.heuristic();
+        }
+        (0..COLUMNS)
+            .filter(|&c| b.can_play(c))
+            .map(|c| -brute_force(&b.play(c), depth - 1))
+            .fold(f32::NEG_INFINITY, f32::max)
+    }
+
+    /// Each move's value alone equals a search without pruning, at every depth, also for
+    /// moves worse than the best; a full column has none.
+    #[test]
+    fn one_moves_value_equals_a_search_without_pruning() {
+        for moves in [
+            vec![3, 3, 4, 4],
+            vec![0, 0, 1, 1, 2],
+            vec![3, 2, 3, 4, 2, 5, 6, 3, 3],
+            vec![0, 0, 0, 0, 0, 0, 6, 5, 4],
+        ] {
+            let b = board(&moves);
+            for depth in 1..=4 {
+                for column in 0..COLUMNS {
+                    let Some(value) = alphabeta_move_value(&b, column, depth) else {
+                        assert!(!b.can_play(column), "{moves:?} column {column}");
+                        continue;
+                    };
+                    let expected = if b.is_winning_move(column) {
+                        win_value(b.empty_cells() - 1)
+                    } else {
+                        -brute_force(&b.play(column), depth - 1)
+                    };
+                    assert!(
+                        (value - expected).abs() < 1e-6,
+                        "{moves:?} depth {depth} column {column}: {value} against {expected}"
+                    );
                 }
             }
         }

@@ -16,10 +16,13 @@
 //! - `all`: not a player but every opponent at once ([`audit`]): each legal reply at every
 //!   opponent turn, with the agent's moves checked against exact values; small games only.
 //!
-//! The agent plays greedily (no noise, its search's chosen move).
+//! The agent plays greedily (no noise, its search's chosen move). With
+//! [`MatchConfig::check_moves`] its moves are also checked against exact values where a
+//! solver answers ([`move_check`]).
 
 pub mod audit;
 pub mod connect_four;
+pub mod move_check;
 pub mod search;
 
 use std::collections::HashMap;
@@ -32,6 +35,7 @@ use rand::{Rng, SeedableRng};
 use thiserror::Error;
 
 use crate::agent::{Agent, AgentError};
+use move_check::{exact_values, MoveCheck, SideCheck};
 
 /// Errors of a match.
 #[derive(Debug, Error)]
@@ -175,6 +179,8 @@ pub struct Record {
     pub wins: usize,
     pub draws: usize,
     pub losses: usize,
+    /// The agent's moves checked against exact values (with [`MatchConfig::check_moves`]).
+    pub moves: Option<MoveCheck>,
 }
 
 /// How a match is played.
@@ -187,6 +193,9 @@ pub struct MatchConfig {
     /// the games between deterministic players (0: none).
     pub random_opening: usize,
     pub seed: u64,
+    /// Check the agent's moves against exact values where a solver answers
+    /// ([`move_check`]): tic-tac-toe, and Connect Four's last 24 empty cells.
+    pub check_moves: bool,
 }
 
 /// Play `config.games` games per side of `agent` against `opponent`; one record per side, in
@@ -218,6 +227,8 @@ pub fn play_match(
             Side::Second => 1,
         };
         let mut record = Record::default();
+        let mut checks = SideCheck::default();
+        let mut memo = HashMap::new();
         for game in 0..config.games {
             let (mut observation, _) = env.reset(Some(config.seed.wrapping_add(game as u64)));
             let mut ply = 0;
@@ -226,7 +237,16 @@ pub fn play_match(
                 let action = if ply < config.random_opening {
                     random_move(env.as_ref(), &mut rng)
                 } else if mover == agent_player {
-                    agent.select_actions_in_games(&[env.as_ref()], &[&observation], false)?[0]
+                    let action =
+                        agent.select_actions_in_games(&[env.as_ref()], &[&observation], false)?[0];
+                    if config.check_moves {
+                        if let Some((best, played)) =
+                            exact_values(env.as_ref(), &observation, action, &mut memo)
+                        {
+                            checks.agent_move(best, played);
+                        }
+                    }
+                    action
                 } else {
                     opponent.choose(env.as_ref(), &observation, &mut rng)?
                 };
@@ -240,10 +260,12 @@ pub fn play_match(
                         (true, true) => record.wins += 1,
                         (true, false) => record.losses += 1,
                     }
+                    checks.game_over();
                     break;
                 }
             }
         }
+        record.moves = config.check_moves.then_some(checks.check);
         out.push((side, record));
     }
     Ok(out)

@@ -262,6 +262,12 @@ pub struct EvalArgs {
     /// With --opponent: plies played at random by both players first, to vary the games.
     #[arg(long, default_value_t = 0)]
     pub random_opening: usize,
+    /// With --opponent: check the agent's moves against exact values where a solver
+    /// answers (tic-tac-toe; Connect Four from 24 empty cells) and print, per side, the
+    /// games already lost at the first checked move and the won or drawn positions thrown
+    /// away.
+    #[arg(long, requires = "opponent")]
+    pub check_moves: bool,
 }
 
 /// `eval --agent-plays`.

@@ -577,6 +577,9 @@ fn run_match(
         AgentPlays::Both => vec![Side::First, Side::Second],
     };
     if *spec == cumind::arena::OpponentSpec::All {
+        if args.check_moves {
+            bail!("--check-moves is for matches; `--opponent all` checks every move already");
+        }
         return run_audit(agent, args, &sides);
     }
     let mut opponent = Opponent::new(spec, device)?;
@@ -589,6 +592,7 @@ fn run_match(
             sides,
             random_opening: args.random_opening,
             seed: args.seed,
+            check_moves: args.check_moves,
         },
     )?;
     println!(
@@ -598,13 +602,44 @@ fn run_match(
         args.games,
         start.elapsed().as_secs_f64()
     );
+    let side_name = |side: &Side| match side {
+        Side::First => "first",
+        Side::Second => "second",
+    };
     println!("| agent plays | wins | draws | losses |\n|---|---:|---:|---:|");
-    for (side, r) in records {
-        let side = match side {
-            Side::First => "first",
-            Side::Second => "second",
-        };
-        println!("| {side} | {} | {} | {} |", r.wins, r.draws, r.losses);
+    for (side, r) in &records {
+        println!(
+            "| {} | {} | {} | {} |",
+            side_name(side),
+            r.wins,
+            r.draws,
+            r.losses
+        );
+    }
+    if args.check_moves {
+        println!(
+            "\nthe agent's moves against exact values (positions a solver answers; games by \
+             their exact result at the agent's first checked move):"
+        );
+        println!(
+            "| agent plays | moves checked | won positions thrown | drawn positions thrown | \
+             games won at first check | drawn | lost | games never checked |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+        for (side, r) in &records {
+            let c = r.moves.unwrap_or_default();
+            println!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                side_name(side),
+                c.checked,
+                c.threw_win,
+                c.threw_draw,
+                c.first_won,
+                c.first_drawn,
+                c.first_lost,
+                c.never_checked
+            );
+        }
     }
     Ok(())
 }
