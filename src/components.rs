@@ -7,6 +7,7 @@ use crate::config::{
 use crate::network::NetworkSpec;
 use crate::replay::ReplayConfig;
 use crate::search::{SearchConfig, SearchPolicy};
+use crate::selfplay::PlayoutCap;
 use crate::support::Support;
 use crate::train::optimizer::{AdamWConfig, LrSchedule};
 use crate::train::{LearnerConfig, ValueTarget};
@@ -143,6 +144,15 @@ pub fn replay_config(config: &Config, env: &EnvInfo) -> ReplayConfig {
             Vec::new()
         },
     }
+}
+
+/// Self-play's fast searches, when `self_play.fast_simulations` turns them on.
+pub fn playout_cap(config: &Config) -> Option<PlayoutCap> {
+    let sp = &config.self_play;
+    (sp.fast_simulations > 0).then_some(PlayoutCap {
+        fast_simulations: sp.fast_simulations,
+        full_fraction: sp.full_search_fraction as f32,
+    })
 }
 
 /// Transitions a cut segment is padded with: `num_unroll_steps + td_steps`, enough for the

@@ -82,6 +82,17 @@ pub struct ActorStep {
     pub search: SearchStats,
 }
 
+/// Playout cap randomization (Wu, "Accelerating Self-Play Learning in Go", 2019): each
+/// self-play move is searched in full with probability `full_fraction` and stored with its
+/// policy target; the others get a fast search of `fast_simulations`, without root noise,
+/// that chooses the move and gives the value targets but stores no policy target. More moves
+/// per second of self-play, and policy targets from searches as deep as the full one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlayoutCap {
+    pub fast_simulations: usize,
+    pub full_fraction: f32,
+}
+
 /// A batch of environments playing with the search.
 pub struct Actor {
     envs: VectorEnv,
@@ -103,6 +114,8 @@ pub struct Actor {
     /// Searches replay their recurrent inference from a CUDA graph (see
     /// [`Actor::with_cuda_graphs`]).
     cuda_graphs: bool,
+    /// Fast searches for most moves (see [`Actor::with_playout_cap`]).
+    playout_cap: Option<PlayoutCap>,
 }
 
 impl Actor {
@@ -138,7 +151,18 @@ impl Actor {
             segment_padding: 0,
             cuda_graphs: false,
             padding_segments: vec![Vec::new(); num_envs],
+            playout_cap: None,
         })
+    }
+
+    /// Search each step in full (and store its policy targets) with probability
+    /// `cap.full_fraction`, else with `cap.fast_simulations` and no root noise, storing no
+    /// policy target (see [`PlayoutCap`]); one draw per step, for every environment of the
+    /// batch. `None` (the default) searches every step in full and draws nothing from the
+    /// random stream.
+    pub fn with_playout_cap(mut self, cap: Option<PlayoutCap>) -> Self {
+        self.playout_cap = cap;
+        self
     }
 
     /// Pad every segment cut from a long episode with the `transitions` that follow the cut
@@ -212,18 +236,25 @@ impl Actor {
         let flat: Vec<f32> = self.observations.concat();
         let masks: Vec<bool> = self.envs.legal_action_masks().concat();
         let games: Vec<&dyn Environment> = self.envs.envs().iter().map(|e| e.as_ref()).collect();
+        let fast = match self.playout_cap {
+            Some(cap) if self.rng.random::<f32>() >= cap.full_fraction => Some(SearchConfig {
+                num_simulations: cap.fast_simulations,
+                ..search.clone()
+            }),
+            _ => None,
+        };
         let input = SearchInput {
             observations: &flat,
             batch: n,
             legal_masks: &masks,
-            add_noise: true,
+            add_noise: fast.is_none(),
         };
         let searched = search_games(
             &mut Interruptible::new(
                 SearchModel::new(network).with_cuda_graphs(self.cuda_graphs),
                 stop,
             ),
-            search,
+            fast.as_ref().unwrap_or(search),
             &games,
             &input,
             &mut self.rng,
@@ -259,6 +290,7 @@ impl Actor {
             ..Default::default()
         };
         let mut truncated_games = Vec::new();
+        let no_policy = vec![0.0; a];
         for i in 0..n {
             let ended = result.finished[i].is_some();
             let next_obs = match (&result.final_observations[i], ended) {
@@ -292,7 +324,13 @@ impl Actor {
                 }
                 continue;
             }
-            let policy = &out.policy_targets[i * a..(i + 1) * a];
+            // A fast search's visits are no policy target: stored as zeros, which replay
+            // reads as none.
+            let policy = if fast.is_some() {
+                &no_policy[..]
+            } else {
+                &out.policy_targets[i * a..(i + 1) * a]
+            };
             let reward = result.rewards[i] as f32;
             self.games[i].push(
                 actions[i],
@@ -642,6 +680,8 @@ pub struct ActorPoolConfig {
     pub random_opening_plies: usize,
     /// Transitions each cut segment is padded with (see [`Actor::with_segment_padding`]).
     pub segment_padding: usize,
+    /// Fast searches for most moves (see [`Actor::with_playout_cap`]).
+    pub playout_cap: Option<PlayoutCap>,
     pub search: SearchConfig,
 }
 
@@ -686,6 +726,7 @@ impl ActorPool {
             segment_length,
             random_opening_plies,
             segment_padding,
+            playout_cap,
             search,
         } = config;
         let (num_actors, num_envs, seed, segment_length) =
@@ -702,7 +743,8 @@ impl ActorPool {
                 segment_length,
             )?
             .with_random_opening(*random_opening_plies)
-            .with_segment_padding(*segment_padding);
+            .with_segment_padding(*segment_padding)
+            .with_playout_cap(*playout_cap);
             let network = network
                 .deep_copy(network.device())
                 .map_err(ModelError::from)?;
@@ -948,6 +990,69 @@ mod tests {
         let cut = segment_rows_match_whole_games(0);
         assert!(cut.len() > 300);
         assert!(cut.iter().any(|&m| !m));
+    }
+
+    /// Tic-tac-toe games of 8 environments over 40 steps with the playout cap `cap`.
+    fn capped_games(cap: Option<PlayoutCap>) -> Vec<GameHistory> {
+        let network =
+            MuZeroNetwork::new(tiny_spec(vec![3, 3, 3], 9), 1, &Device::Cpu, DType::F32).unwrap();
+        let search = SearchConfig {
+            num_simulations: 8,
+            two_player: true,
+            discount: 1.0,
+            ..SearchConfig::default()
+        };
+        let mut actor = Actor::new(&"TicTacToe".into(), 8, 3, 0)
+            .unwrap()
+            .with_playout_cap(cap);
+        (0..40)
+            .flat_map(|_| actor.step(&network, &search, 1.0).unwrap().finished_games)
+            .collect()
+    }
+
+    /// With a playout cap, the moves of fast searches store no policy target (zeros, which
+    /// replay masks out) but keep their value targets; full searches store theirs. Without
+    /// one every move has a policy target.
+    #[test]
+    fn a_playout_cap_stores_policy_targets_for_full_searches_only() {
+        use crate::replay::{PositionId, ReplayBuffer};
+        use rand::SeedableRng;
+        let has_target = |games: &[GameHistory]| -> Vec<bool> {
+            games
+                .iter()
+                .flat_map(|g| (0..g.len()).map(move |t| g.policy(t).iter().any(|&p| p > 0.0)))
+                .collect()
+        };
+        let full = has_target(&capped_games(None));
+        assert!(full.len() > 100 && full.iter().all(|&t| t));
+        let capped_games = capped_games(Some(PlayoutCap {
+            fast_simulations: 2,
+            full_fraction: 0.3,
+        }));
+        let capped = has_target(&capped_games);
+        let with_target = capped.iter().filter(|&&t| t).count();
+        assert!(
+            with_target > 0 && with_target < capped.len() / 2,
+            "{with_target} of {} positions with a policy target",
+            capped.len()
+        );
+        // Replay: a row's policy mask follows the stored target; every row keeps its value.
+        let config = crate::testing::games::replay_config(100_000, 0, 3, 1.0);
+        let mut buffer = ReplayBuffer::new(config);
+        for game in &capped_games {
+            buffer.save_game(game.clone()).unwrap();
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+        let mut at = 0;
+        for (g, game) in capped_games.iter().enumerate() {
+            for t in 0..game.len() {
+                let id = PositionId::new(g as u64, t);
+                let batch = buffer.batch_from_ids(&[id], &mut rng).unwrap();
+                assert_eq!(batch.policy_mask[0], if capped[at] { 1.0 } else { 0.0 });
+                assert_eq!(batch.value_mask[0], 1.0);
+                at += 1;
+            }
+        }
     }
 
     #[test]

@@ -244,6 +244,61 @@ fn train_frequency_spaces_the_learner_phases() {
     );
 }
 
+/// `self_play.fast_simulations` reaches self-play in both modes: the stored tic-tac-toe games
+/// hold positions without a policy target (the fast searches') beside positions with one.
+#[test]
+fn a_playout_cap_reaches_the_replay_in_both_self_play_modes() {
+    for actors in [0, 1] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::load(&ConfigSources {
+            sets: vec![
+                "environment.env_name=TicTacToe".into(),
+                "environment.num_envs=8".into(),
+                "mcts.num_simulations=6".into(),
+                "self_play.fast_simulations=2".into(),
+                "self_play.full_search_fraction=0.3".into(),
+                "network_architecture.hidden_dim=16".into(),
+                "network_architecture.latent_dim=8".into(),
+                "training.batch_size=16".into(),
+                "training.max_env_steps=400".into(),
+                "training.eval_interval=0".into(),
+                "memory.min_memory_size=100".into(),
+                format!("self_play.num_actors={actors}"),
+                format!(
+                    "training.checkpoint_root_dir={}",
+                    dir.path().join("ckpt").display()
+                ),
+                format!("other.log_dir={}", dir.path().join("runs").display()),
+            ],
+            ..Default::default()
+        })
+        .unwrap();
+        let summary = train(
+            &config,
+            &[Device::Cpu],
+            &RunOptions::default(),
+            &mut MemorySink::default(),
+        )
+        .unwrap();
+        let checkpoint = cumind::checkpoint::load(&summary.run_dir, &Device::Cpu).unwrap();
+        let replay = checkpoint.replay.expect("the checkpoint keeps the replay");
+        let (mut with, mut without) = (0, 0);
+        for (_, game) in replay.games() {
+            for t in 0..game.len() {
+                if game.policy(t).iter().any(|&p| p > 0.0) {
+                    with += 1;
+                } else {
+                    without += 1;
+                }
+            }
+        }
+        assert!(
+            with > 0 && without > with,
+            "{actors} actors: {with} positions with a policy target, {without} without"
+        );
+    }
+}
+
 /// `self_play.random_opening_plies` reaches the replay buffer in both self-play modes: stored
 /// tic-tac-toe games start after 0..=N random moves, the player to move matching the stones.
 #[test]

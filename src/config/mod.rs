@@ -312,6 +312,22 @@ mod tests {
             text.contains("self_play.discount") && text.contains("[0, 1]"),
             "{text}"
         );
+        let text = error_text(load_with(sets(&[
+            "mcts.num_simulations=16",
+            "self_play.fast_simulations=16",
+        ])));
+        assert!(
+            text.contains("self_play.fast_simulations") && text.contains("below"),
+            "{text}"
+        );
+        let text = error_text(load_with(sets(&[
+            "self_play.fast_simulations=4",
+            "self_play.full_search_fraction=0",
+        ])));
+        assert!(
+            text.contains("self_play.full_search_fraction") && text.contains("(0, 1]"),
+            "{text}"
+        );
         let text = error_text(load_with(sets(&["data_types.model_dtype=float8"])));
         assert!(
             text.contains("data_types.model_dtype") && text.contains("bfloat16"),

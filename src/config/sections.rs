@@ -316,6 +316,19 @@ pub struct SelfPlayConfig {
     /// per game), which are not stored: the agent learns positions its own play would not
     /// reach. For board games; 0 turns it off.
     pub random_opening_plies: usize,
+    /// Playout cap randomization: simulations of the fast searches that play most moves
+    /// without storing a policy target (0: every move gets the full `mcts.num_simulations`
+    /// search and its policy target). See `selfplay::PlayoutCap`.
+    #[serde(default)]
+    pub fast_simulations: usize,
+    /// With `fast_simulations`: the probability that a move gets the full search (and a
+    /// policy target).
+    #[serde(default = "default_full_search_fraction")]
+    pub full_search_fraction: f64,
+}
+
+fn default_full_search_fraction() -> f64 {
+    0.25
 }
 
 /// "Memory": the replay buffer.

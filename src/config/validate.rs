@@ -208,6 +208,28 @@ impl Config {
         let s = &self.self_play;
         at_least("self_play.td_steps", s.td_steps, 1)?;
         within("self_play.discount", s.discount, 0.0, 1.0)?;
+        if s.fast_simulations > 0 {
+            if s.fast_simulations >= m.num_simulations {
+                return Err(invalid(
+                    "self_play.fast_simulations",
+                    format!(
+                        "{} must be below mcts.num_simulations ({}): the fast searches are the \
+                         cheap ones (0 turns them off)",
+                        s.fast_simulations, m.num_simulations
+                    ),
+                ));
+            }
+            if !(s.full_search_fraction > 0.0 && s.full_search_fraction <= 1.0) {
+                return Err(invalid(
+                    "self_play.full_search_fraction",
+                    format!(
+                        "{} is out of range: must be in (0, 1] (the share of moves searched in \
+                         full, with a policy target)",
+                        s.full_search_fraction
+                    ),
+                ));
+            }
+        }
 
         let mem = &self.memory;
         at_least("memory.memory_capacity", mem.memory_capacity, 1)?;

@@ -121,7 +121,8 @@ pub(super) fn fill_row<R: Rng + ?Sized>(
             }
         }
         let policy = &mut batch.target_policies[row * num_actions..(row + 1) * num_actions];
-        if u < t_len {
+        // A stored policy of zeros is none (a fast search's move: `selfplay::PlayoutCap`).
+        if u < t_len && game.policy(u).iter().any(|&p| p > 0.0) {
             batch.policy_mask[row] = 1.0;
             policy.copy_from_slice(game.policy(u));
         } else {

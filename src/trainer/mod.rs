@@ -400,6 +400,7 @@ impl<'a> TrainingRun<'a> {
                 )?
                 .with_random_opening(config.self_play.random_opening_plies)
                 .with_segment_padding(components::segment_padding(config))
+                .with_playout_cap(components::playout_cap(config))
                 .with_cuda_graphs(config.device.cuda_graphs),
             ))
         } else {
@@ -413,6 +414,7 @@ impl<'a> TrainingRun<'a> {
                     segment_length: config.self_play.game_segment_length,
                     random_opening_plies: config.self_play.random_opening_plies,
                     segment_padding: components::segment_padding(config),
+                    playout_cap: components::playout_cap(config),
                     search: search.clone(),
                 },
                 config.temperature_at(schedule.progress(&self.counters)) as f32,
