@@ -22,6 +22,12 @@ use super::{MuZeroNetwork, NetworkError, NetworkSpec};
 /// Board positions a call runs through the networks at a time (whole boards, at least one).
 const CHUNK_POSITIONS: usize = 512;
 
+/// Boards from which a call splits in two halves on two threads: a board costs the trunks'
+/// convolutions over all its positions (about 0.1 ms for Connect Four's 2-block, 32-channel
+/// network), so a few are enough to pay for the second thread. The exact-rules search asks for
+/// its new positions' values in calls of up to one board per game in play.
+const SPLIT_BOARDS: usize = 4;
+
 /// The conv trunk `name` of `params` (`stem`: a first layer `{name}.input` + `{name}.norm`
 /// before the blocks) over `input` channels of `board` boards, with its parameters' names and
 /// lengths in the packed order; `training` keeps what a backward pass needs.
@@ -347,6 +353,10 @@ impl HostInference for HostConv {
         self.split
     }
 
+    fn split_rows(&self) -> usize {
+        SPLIT_BOARDS
+    }
+
     fn initial_serial(&self, observations: &[f32]) -> (Vec<f32>, HostOutputs) {
         let mut latents =
             Vec::with_capacity(observations.len() / self.obs_len.max(1) * self.latent_dim());
@@ -385,7 +395,6 @@ impl HostInference for HostConv {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::network::host_inference::SPLIT_ROWS;
     use candle_core::{Device, Tensor};
 
     /// A conv network over `shape` boards with 3 actions, `channels` channels and `blocks`
@@ -515,7 +524,7 @@ mod tests {
     fn a_split_batch_equals_its_rows_one_by_one() {
         let net = network([2, 3, 4], 8, 1);
         let host = HostConv::new(&net).unwrap();
-        let batch = SPLIT_ROWS + 3;
+        let batch = SPLIT_BOARDS + 3;
         let obs: Vec<f32> = (0..batch * 24).map(|i| (i as f32 * 0.29).sin()).collect();
         let (latents, first) = host.initial(&obs);
         let actions: Vec<usize> = (0..batch).map(|i| i % 3).collect();

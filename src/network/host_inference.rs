@@ -3,15 +3,16 @@
 //! and the recurrent call (latents and actions to the next latents, the reward and the
 //! prediction there), with the outputs as row-major `Vec<f32>`.
 //!
-//! [`HostInference`] holds the one policy both networks share: a call of [`SPLIT_ROWS`] rows
-//! or more runs as two halves side by side, split at the same row whatever the number of
-//! threads, so the result does not depend on it.
+//! [`HostInference`] holds the one policy both networks share: a call of at least
+//! [`HostInference::split_rows`] rows runs as two halves side by side, split at the same row
+//! whatever the number of threads, so the result does not depend on it.
 
 use super::NetworkError;
 use crate::threads::side_by_side;
 
-/// Calls of at least this many rows run as two halves side by side (rayon), a fixed split
-/// whatever the number of threads, so results do not depend on it.
+/// Calls of at least this many rows run as two halves side by side (rayon) by default, a fixed
+/// split whatever the number of threads, so results do not depend on it: for small networks,
+/// whose rows cost microseconds each, a thread's start is worth it only for many.
 pub(crate) const SPLIT_ROWS: usize = 64;
 
 /// One call's outputs, row-major.
@@ -58,9 +59,15 @@ pub trait HostInference: Sync {
     /// Values of one latent.
     fn latent_dim(&self) -> usize;
 
-    /// Whether calls of [`SPLIT_ROWS`] rows or more run as two halves side by side (off in a
-    /// model that already runs on one half of a split search).
+    /// Whether calls of [`Self::split_rows`] rows or more run as two halves side by side (off
+    /// in a model that already runs on one half of a split search).
     fn splits(&self) -> bool;
+
+    /// The fewest rows a call splits in two: [`SPLIT_ROWS`] unless a row costs enough that
+    /// fewer pay for a second thread.
+    fn split_rows(&self) -> usize {
+        SPLIT_ROWS
+    }
 
     /// [`Self::initial`] on this thread.
     fn initial_serial(&self, observations: &[f32]) -> (Vec<f32>, HostOutputs);
@@ -77,7 +84,7 @@ pub trait HostInference: Sync {
     fn initial(&self, observations: &[f32]) -> (Vec<f32>, HostOutputs) {
         let obs_len = self.obs_len().max(1);
         let batch = observations.len() / obs_len;
-        if !self.splits() || batch < SPLIT_ROWS {
+        if !self.splits() || batch < self.split_rows().max(2) {
             return self.initial_serial(observations);
         }
         let (first, second) = observations.split_at(batch / 2 * obs_len);
@@ -93,7 +100,7 @@ pub trait HostInference: Sync {
     /// `actions` `[B]`, then the prediction at the new latents.
     fn recurrent(&self, latents: &[f32], actions: &[usize]) -> Result<HostStep, NetworkError> {
         let batch = actions.len();
-        if !self.splits() || batch < SPLIT_ROWS {
+        if !self.splits() || batch < self.split_rows().max(2) {
             return self.recurrent_serial(latents, actions);
         }
         let half = batch / 2;

@@ -97,7 +97,9 @@ pub struct SearchModel<'a> {
     one_kernel: bool,
     #[cfg(feature = "cuda")]
     cuda_mlp: Option<super::cuda_mlp::CudaMlp>,
-    /// The host copy of the weights and the latents `[capacity * B, latent_dim]`, node-major.
+    /// The host copy of the weights, made at the first initial inference and kept for the
+    /// model's life (one search, or for the exact-rules search one evaluation per simulation),
+    /// and the latents `[capacity * B, latent_dim]`, node-major.
     host: Option<(HostNetwork, Vec<f32>)>,
     /// `network`'s inference copy, made by `initial_inference`.
     frozen: Option<MuZeroNetwork>,
@@ -351,10 +353,11 @@ impl Model for SearchModel<'_> {
             });
         }
         if self.on_host {
-            let mut host = HostNetwork::new(self.network)?;
-            if self.forked {
-                host = host.serial();
-            }
+            let host = match self.host.take() {
+                Some((host, _)) => host,
+                None if self.forked => HostNetwork::new(self.network)?.serial(),
+                None => HostNetwork::new(self.network)?,
+            };
             let (latent, out) = host.calls().initial(observations);
             let mut latents = vec![0f32; capacity.max(1) * latent.len()];
             latents[..latent.len()].copy_from_slice(&latent);
