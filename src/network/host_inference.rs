@@ -63,7 +63,7 @@ pub trait HostInference: Sync {
     /// in a model that already runs on one half of a split search).
     fn splits(&self) -> bool;
 
-    /// The fewest rows a call splits in two: [`SPLIT_ROWS`] unless a row costs enough that
+    /// The fewest rows a call splits in two: 64 unless a row costs enough that
     /// fewer pay for a second thread.
     fn split_rows(&self) -> usize {
         SPLIT_ROWS
