@@ -244,44 +244,56 @@ fn train_frequency_spaces_the_learner_phases() {
     );
 }
 
+/// The replay buffer a short tic-tac-toe run keeps in its checkpoint (8 games at once, 400
+/// environment steps, a small MLP), with `actors` self-play threads and the keys `sets`.
+fn tictactoe_replay(actors: usize, sets: &[&str]) -> cumind::replay::ReplayBuffer {
+    let dir = tempfile::tempdir().unwrap();
+    let mut all: Vec<String> = vec![
+        "environment.env_name=TicTacToe".into(),
+        "environment.num_envs=8".into(),
+        "network_architecture.hidden_dim=16".into(),
+        "network_architecture.latent_dim=8".into(),
+        "training.batch_size=16".into(),
+        "training.max_env_steps=400".into(),
+        "training.eval_interval=0".into(),
+        "memory.min_memory_size=100".into(),
+        format!("self_play.num_actors={actors}"),
+        format!(
+            "training.checkpoint_root_dir={}",
+            dir.path().join("ckpt").display()
+        ),
+        format!("other.log_dir={}", dir.path().join("runs").display()),
+    ];
+    all.extend(sets.iter().map(|s| s.to_string()));
+    let config = Config::load(&ConfigSources {
+        sets: all,
+        ..Default::default()
+    })
+    .unwrap();
+    let summary = train(
+        &config,
+        &[Device::Cpu],
+        &RunOptions::default(),
+        &mut MemorySink::default(),
+    )
+    .unwrap();
+    let checkpoint = cumind::checkpoint::load(&summary.run_dir, &Device::Cpu).unwrap();
+    checkpoint.replay.expect("the checkpoint keeps the replay")
+}
+
 /// `self_play.fast_simulations` reaches self-play in both modes: the stored tic-tac-toe games
 /// hold positions without a policy target (the fast searches') beside positions with one.
 #[test]
 fn a_playout_cap_reaches_the_replay_in_both_self_play_modes() {
     for actors in [0, 1] {
-        let dir = tempfile::tempdir().unwrap();
-        let config = Config::load(&ConfigSources {
-            sets: vec![
-                "environment.env_name=TicTacToe".into(),
-                "environment.num_envs=8".into(),
-                "mcts.num_simulations=6".into(),
-                "self_play.fast_simulations=2".into(),
-                "self_play.full_search_fraction=0.3".into(),
-                "network_architecture.hidden_dim=16".into(),
-                "network_architecture.latent_dim=8".into(),
-                "training.batch_size=16".into(),
-                "training.max_env_steps=400".into(),
-                "training.eval_interval=0".into(),
-                "memory.min_memory_size=100".into(),
-                format!("self_play.num_actors={actors}"),
-                format!(
-                    "training.checkpoint_root_dir={}",
-                    dir.path().join("ckpt").display()
-                ),
-                format!("other.log_dir={}", dir.path().join("runs").display()),
+        let replay = tictactoe_replay(
+            actors,
+            &[
+                "mcts.num_simulations=6",
+                "self_play.fast_simulations=2",
+                "self_play.full_search_fraction=0.3",
             ],
-            ..Default::default()
-        })
-        .unwrap();
-        let summary = train(
-            &config,
-            &[Device::Cpu],
-            &RunOptions::default(),
-            &mut MemorySink::default(),
-        )
-        .unwrap();
-        let checkpoint = cumind::checkpoint::load(&summary.run_dir, &Device::Cpu).unwrap();
-        let replay = checkpoint.replay.expect("the checkpoint keeps the replay");
+        );
         let (mut with, mut without) = (0, 0);
         for (_, game) in replay.games() {
             for t in 0..game.len() {
@@ -304,38 +316,10 @@ fn a_playout_cap_reaches_the_replay_in_both_self_play_modes() {
 #[test]
 fn random_openings_reach_the_replay_in_both_self_play_modes() {
     for actors in [0, 1] {
-        let dir = tempfile::tempdir().unwrap();
-        let config = Config::load(&ConfigSources {
-            sets: vec![
-                "environment.env_name=TicTacToe".into(),
-                "environment.num_envs=8".into(),
-                "mcts.num_simulations=4".into(),
-                "network_architecture.hidden_dim=16".into(),
-                "network_architecture.latent_dim=8".into(),
-                "training.batch_size=16".into(),
-                "training.max_env_steps=400".into(),
-                "training.eval_interval=0".into(),
-                "memory.min_memory_size=100".into(),
-                "self_play.random_opening_plies=3".into(),
-                format!("self_play.num_actors={actors}"),
-                format!(
-                    "training.checkpoint_root_dir={}",
-                    dir.path().join("ckpt").display()
-                ),
-                format!("other.log_dir={}", dir.path().join("runs").display()),
-            ],
-            ..Default::default()
-        })
-        .unwrap();
-        let summary = train(
-            &config,
-            &[Device::Cpu],
-            &RunOptions::default(),
-            &mut MemorySink::default(),
-        )
-        .unwrap();
-        let checkpoint = cumind::checkpoint::load(&summary.run_dir, &Device::Cpu).unwrap();
-        let replay = checkpoint.replay.expect("the checkpoint keeps the replay");
+        let replay = tictactoe_replay(
+            actors,
+            &["mcts.num_simulations=4", "self_play.random_opening_plies=3"],
+        );
         let mut stones_seen = [0usize; 4];
         for (_, game) in replay.games() {
             let stones = game.observation(0)[..18]
