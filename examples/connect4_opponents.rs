@@ -17,35 +17,11 @@
 //! Games are seeded 0, 1, ...; the random plies and the players' ties come from a generator
 //! seeded 7.
 
-use cumind::arena::connect_four::{exact_move_value, exact_move_values, Board};
-use cumind::arena::{Opponent, OpponentSpec};
+use std::collections::HashMap;
+
+use cumind::arena::move_check::{exact_values, SideCheck};
+use cumind::arena::{Opponent, OpponentSpec, Record};
 use rand::{Rng, SeedableRng};
-
-/// Win (1), draw (0) or loss (-1) of a solver value.
-fn outcome(value: f32) -> i32 {
-    if value > 0.0 {
-        1
-    } else if value < 0.0 {
-        -1
-    } else {
-        0
-    }
-}
-
-/// One side's tallies, from PLAYER's point of view.
-#[derive(Default)]
-struct Side {
-    results: [usize; 3],
-    first_checked: [usize; 3],
-    never_checked: usize,
-    threw_win: usize,
-    threw_draw: usize,
-}
-
-/// Index of a result in the tallies: win, draw, loss.
-fn slot(result: i32) -> usize {
-    (1 - result) as usize
-}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -62,13 +38,16 @@ fn main() {
     let mut opponent = Opponent::new(&opponent_spec, &device).unwrap_or_else(|e| panic!("{e}"));
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let start = std::time::Instant::now();
-    let mut sides = [Side::default(), Side::default()];
-    for (player_index, side) in sides.iter_mut().enumerate() {
+    let mut sides = [
+        (Record::default(), SideCheck::default()),
+        Default::default(),
+    ];
+    let mut memo = HashMap::new();
+    for (player_index, (record, check)) in sides.iter_mut().enumerate() {
         for game in 0..games {
             let mut env = cumind::envs::make("ConnectFour").expect("Connect Four");
             let (mut observation, _) = env.reset(Some(game as u64));
             let mut ply = 0;
-            let mut checked = false;
             loop {
                 let mover = env.to_play();
                 let action = if ply < opening {
@@ -78,24 +57,10 @@ fn main() {
                     let action = player
                         .choose(env.as_ref(), &observation, &mut rng)
                         .unwrap_or_else(|e| panic!("{player_spec}: {e}"));
-                    let board = Board::from_observation(&observation, &[3, 6, 7])
-                        .expect("a Connect Four board");
-                    if let Some(values) = exact_move_values(&board) {
-                        let best = values
-                            .iter()
-                            .map(|&(_, v)| outcome(v))
-                            .max()
-                            .expect("a legal move");
-                        let played = outcome(exact_move_value(&board, action).expect("legal"));
-                        if !checked {
-                            checked = true;
-                            side.first_checked[slot(best)] += 1;
-                        }
-                        match (best, played) {
-                            (1, p) if p < 1 => side.threw_win += 1,
-                            (0, -1) => side.threw_draw += 1,
-                            _ => {}
-                        }
+                    if let Some((best, played)) =
+                        exact_values(env.as_ref(), &observation, action, &mut memo)
+                    {
+                        check.agent_move(best, played);
                     }
                     action
                 } else {
@@ -107,15 +72,12 @@ fn main() {
                 ply += 1;
                 observation = step.observation;
                 if step.terminated || step.truncated {
-                    let result = match (step.reward > 0.0, mover == player_index) {
-                        (false, _) => 0,
-                        (true, true) => 1,
-                        (true, false) => -1,
-                    };
-                    side.results[slot(result)] += 1;
-                    if !checked {
-                        side.never_checked += 1;
+                    match (step.reward > 0.0, mover == player_index) {
+                        (false, _) => record.draws += 1,
+                        (true, true) => record.wins += 1,
+                        (true, false) => record.losses += 1,
                     }
+                    check.game_over();
                     break;
                 }
             }
@@ -131,18 +93,19 @@ fn main() {
          never checked | won positions thrown | drawn positions thrown |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for (name, s) in ["first", "second"].iter().zip(&sides) {
+    for (name, (r, side)) in ["first", "second"].iter().zip(&sides) {
+        let c = &side.check;
         println!(
             "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            s.results[0],
-            s.results[1],
-            s.results[2],
-            s.first_checked[0],
-            s.first_checked[1],
-            s.first_checked[2],
-            s.never_checked,
-            s.threw_win,
-            s.threw_draw
+            r.wins,
+            r.draws,
+            r.losses,
+            c.first_won,
+            c.first_drawn,
+            c.first_lost,
+            c.never_checked,
+            c.threw_win,
+            c.threw_draw
         );
     }
 }

@@ -82,8 +82,8 @@ pub fn exact_values(
 
 /// One side's games, checked as they are played.
 #[derive(Debug, Default)]
-pub(super) struct SideCheck {
-    pub(super) check: MoveCheck,
+pub struct SideCheck {
+    pub check: MoveCheck,
     /// Whether the current game has had a checked agent move.
     seen: bool,
 }
@@ -91,7 +91,7 @@ pub(super) struct SideCheck {
 impl SideCheck {
     /// The agent moved where the best move's exact value is `best` and its own move's
     /// `played` (for the agent).
-    pub(super) fn agent_move(&mut self, best: f32, played: f32) {
+    pub fn agent_move(&mut self, best: f32, played: f32) {
         let (best, played) = (Outcome::of(best), Outcome::of(played));
         let c = &mut self.check;
         c.checked += 1;
@@ -111,7 +111,7 @@ impl SideCheck {
     }
 
     /// The current game ended.
-    pub(super) fn game_over(&mut self) {
+    pub fn game_over(&mut self) {
         if !self.seen {
             self.check.never_checked += 1;
         }
