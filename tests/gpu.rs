@@ -805,9 +805,9 @@ fn the_bf16_patches_match_the_cpu() {
     }
 }
 
-/// A search of 256 roots with CartPole's network on CUDA, its calls one kernel each and its
-/// batch split into two halves searched side by side (each half its own model, as on the CPU),
-/// against the same search on the CPU's host MLP: every action legal, and nearly every root's
+/// A search of 63 roots with CartPole's network on CUDA, its calls one kernel each (four trees
+/// a warp), against the same search on the CPU's host MLP (63 roots, the most the CPU searches
+/// whole, so both draw the same random numbers): every action legal, and nearly every root's
 /// value and action the same (a difference in the last bits of a call can tip a close choice).
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
@@ -822,7 +822,7 @@ fn a_large_one_kernel_search_matches_the_cpu() {
         reward_support: Support::symmetric(3),
         ..tiny_spec(vec![4], 2)
     };
-    let ((a, va), (b, vb)) = searches_on_cpu_and_cuda(spec, Config::default_config(), 256);
+    let ((a, va), (b, vb)) = searches_on_cpu_and_cuda(spec, Config::default_config(), 63);
     assert!(b.iter().all(|&x| x < 2), "illegal action from CUDA: {b:?}");
     let close = va
         .iter()
@@ -830,6 +830,6 @@ fn a_large_one_kernel_search_matches_the_cpu() {
         .filter(|(x, y)| (*x - *y).abs() <= 1e-3 * (1.0 + y.abs()))
         .count();
     let same = a.iter().zip(&b).filter(|(x, y)| x == y).count();
-    assert!(close >= 243, "{close} of 256 root values agree");
-    assert!(same >= 243, "{same} of 256 actions agree");
+    assert!(close >= 60, "{close} of 63 root values agree");
+    assert!(same >= 60, "{same} of 63 actions agree");
 }

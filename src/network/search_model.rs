@@ -323,13 +323,13 @@ impl Model for SearchModel<'_> {
         self.network.spec().num_actions
     }
 
-    /// On the host, and for one-kernel calls on CUDA: a fork whose calls run on its own thread
-    /// without splitting, so the two halves of a large batch are searched side by side (on
-    /// CUDA one half's tree work then overlaps the other's device calls, and the search splits
-    /// as it does on the CPU). The tensor path keeps one model per search, as a GPU wants one
-    /// large batch there.
+    /// On the host only: a fork whose calls run on its own thread without splitting. On CUDA
+    /// one model serves the whole batch, one-kernel calls too: a call there costs about the
+    /// same for 128 trees as for 256, so two halves side by side made twice the calls, and a
+    /// 50-simulation search of 256 CartPole roots took 9.9 ms against 6.5 ms whole (one H200,
+    /// docs/benchmarks.md).
     fn fork(&self) -> Option<Box<dyn Model + Send + '_>> {
-        (self.on_host || self.one_kernel).then(|| {
+        self.on_host.then(|| {
             Box::new(SearchModel {
                 forked: true,
                 ..SearchModel::new(self.network)
