@@ -3,9 +3,10 @@
 
     python3 scripts/before_after.py DIR
 
-DIR holds {conv,small}_{before,after,nographs}_{N}.json (the JSON that `cumind benchmark --out` writes,
-round N = 1, 2, ...) and, beside each, a .mem file with the peak GPU memory in MiB that the
-script sampled. Each figure is the median over the rounds; the tables print in Markdown.
+DIR holds {conv,small}_{before,after,nographs,variant-NAME}_{N}.json (the JSON that `cumind
+benchmark --out` writes, round N = 1, 2, ...; a variant is the after binary with one `--set`)
+and, beside each, a .mem file with the peak GPU memory in MiB that the script sampled. Each
+figure is the median over the rounds; the tables print in Markdown.
 """
 
 import json
@@ -103,6 +104,34 @@ def table(directory: Path, network: str, title: str) -> str:
                 f"| {key[0]} | {key[1]:,} | {qo:,.0f} | {qa:,.0f} | {qa / qo:.2f} "
                 f"| {so:.2f} | {sa:.2f} | {so / sa:.2f} |"
             )
+    variants = sorted(
+        {p.name[len(network) + 9 :].rsplit("_", 1)[0] for p in directory.glob(f"{network}_variant-*_*.json")}
+    )
+    for name in variants:
+        found = rounds(directory, network, f"variant-{name}")
+        v, tv = inference(found), training(found)
+        out.append("")
+        out.append(f"Variant `{name}` (the after binary with one `--set`, {len(found)} rounds) against after:")
+        out.append("")
+        out.append("| dtype | batch | recurrent inf/s after | variant | x | ms/search after | variant | x |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for key in sorted(set(v) & set(a), key=lambda k: (k[0] != "float32", k[1])):
+            (ra, sa, _), (rv, sv, _) = a[key], v[key]
+            out.append(
+                f"| {key[0]} | {key[1]:,} | {ra:,.0f} | {rv:,.0f} | {rv / ra:.2f} "
+                f"| {sa:.2f} | {sv:.2f} | {sa / sv:.2f} |"
+            )
+        ta_ = training(after)
+        for dtype in sorted(set(tv) & set(ta_)):
+            out.append(
+                f"| {dtype} | training ms/step | {ta_[dtype]:.2f} | {tv[dtype]:.2f} "
+                f"| {ta_[dtype] / tv[dtype]:.2f} | | | |"
+            )
+        out.append("")
+        out.append(
+            f"Peak GPU memory: after {median([m for _, m in after]):,.0f} MiB, "
+            f"variant {median([m for _, m in found]):,.0f} MiB."
+        )
     tb, ta = training(before), training(after)
     if tb and ta:
         report = after[0][0]

@@ -11,6 +11,9 @@
 #       # also BIN with `--set device.cuda_graphs=false` (the search's calls op by op), bf16 only
 #   CONNECT4=0 TRAINING=0 DTYPES=bfloat16 BEFORE=... BIN=... scripts/benchmark_gpu.sh
 #       # CartPole's network only, inference and search only (no training rows)
+#   VARIANTS="cudnn=device.cudnn=all filters=device.cudnn=filters" BEFORE=... BIN=... \
+#     scripts/benchmark_gpu.sh
+#       # also BIN with each `--set KEY=VALUE` on the conv network, one table row set each
 #
 # With BEFORE (a second `cuda` binary, an older build), the script measures both binaries in
 # turn on the same GPU (old, new, old, new) and prints one before/after table per network:
@@ -139,6 +142,7 @@ if [ -n "${BEFORE:-}" ]; then
     SMALL+=(--no-training)
   fi
   OFF=(--set device.cuda_graphs=false)
+  read -r -a VARIANT_LIST <<< "${VARIANTS:-}"
   for round in $(seq 1 "${ROUNDS:-2}"); do
     [ "${CONNECT4:-1}" = 0 ] && break
     run "conv, before, round $round" "$OUT_DIR/conv_before_$round.json" "$BEFORE" "${CONV[@]}"
@@ -147,6 +151,10 @@ if [ -n "${BEFORE:-}" ]; then
         "$BIN" "${OFF[@]}" "${CONV[@]}"
     fi
     run "conv, after, round $round" "$OUT_DIR/conv_after_$round.json" "$BIN" "${CONV[@]}"
+    for variant in "${VARIANT_LIST[@]}"; do
+      run "conv, after with ${variant#*=}, round $round" \
+        "$OUT_DIR/conv_variant-${variant%%=*}_$round.json" "$BIN" --set "${variant#*=}" "${CONV[@]}"
+    done
   done
   if [ "${CARTPOLE:-1}" != 0 ]; then
     for round in $(seq 1 "${ROUNDS:-2}"); do
