@@ -11,8 +11,8 @@
 #       # also BIN with `--set device.cuda_graphs=false` (the search's calls op by op), bf16 only
 #   CONNECT4=0 TRAINING=0 DTYPES=bfloat16 BEFORE=... BIN=... scripts/benchmark_gpu.sh
 #       # CartPole's network only, inference and search only (no training rows)
-#   VARIANTS="cudnn=device.cudnn=all filters=device.cudnn=filters" BEFORE=... BIN=... \
-#     scripts/benchmark_gpu.sh
+#   VARIANTS="nographs=device.cuda_graphs=false nofused=device.fused_kernels=false" \
+#     BEFORE=... BIN=... scripts/benchmark_gpu.sh
 #       # also BIN with each `--set KEY=VALUE` on the conv network, one table row set each
 #
 # With BEFORE (a second `cuda` binary, an older build), the script measures both binaries in

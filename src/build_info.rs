@@ -3,8 +3,8 @@
 //! `cumind --version` prints [`version_line`], so a script can tell a CPU build from a CUDA one
 //! before it looks for a GPU (scripts/benchmark_gpu.sh does).
 
-/// The optional features compiled into this build, in a fixed order: `cuda`, `nccl`, `cudnn`,
-/// `mpi`, `python`.
+/// The optional features compiled into this build, in a fixed order: `cuda`, `nccl`, `mpi`,
+/// `python`.
 pub fn features() -> Vec<&'static str> {
     let mut out = Vec::new();
     if cfg!(feature = "cuda") {
@@ -12,9 +12,6 @@ pub fn features() -> Vec<&'static str> {
     }
     if cfg!(feature = "nccl") {
         out.push("nccl");
-    }
-    if cfg!(feature = "cudnn") {
-        out.push("cudnn");
     }
     if cfg!(feature = "mpi") {
         out.push("mpi");
@@ -44,7 +41,6 @@ mod tests {
         assert!(line.starts_with(env!("CARGO_PKG_VERSION")), "{line}");
         assert_eq!(line.contains("cuda"), cfg!(feature = "cuda"), "{line}");
         assert_eq!(line.contains("nccl"), cfg!(feature = "nccl"), "{line}");
-        assert_eq!(line.contains("cudnn"), cfg!(feature = "cudnn"), "{line}");
         assert_eq!(line.contains("mpi"), cfg!(feature = "mpi"), "{line}");
     }
 }

@@ -45,7 +45,6 @@ pub const BENCHMARK_READS: &[&str] = &[
     "device.device_type",
     "device.fused_kernels",
     "device.cuda_graphs",
-    "device.cudnn",
     "other.seed",
     "other.num_threads",
 ];

@@ -4,7 +4,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::network::cudnn_conv::CudnnConvs;
 use crate::support::Transform;
 
 /// `network_architecture.network_type`.
@@ -389,12 +388,6 @@ pub struct DeviceConfig {
     /// self-play without actor threads. No effect on the CPU.
     #[serde(default = "default_true")]
     pub cuda_graphs: bool,
-    /// Which passes of a bf16 convolution on CUDA run through cuDNN: off, filters (the filter
-    /// gradient), backward (both gradients) or all (and the forward pass). Needs a build with
-    /// the `cudnn` feature and libcudnn at run time; otherwise CuMind's own kernels run and
-    /// the CLI says so. No effect on the CPU.
-    #[serde(default)]
-    pub cudnn: CudnnConvs,
 }
 
 /// "Other".

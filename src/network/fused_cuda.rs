@@ -448,40 +448,6 @@ fn relu_backward_of<T: CudaDType + DeviceRepr>(
     Ok((storage(out, dev), grad.1.shape().clone()))
 }
 
-/// Adds `bias[f]` (bf16, `o` values) to every value of plane f of `out` (bf16 `[B, o, hw]`,
-/// contiguous) in place.
-pub fn plane_bias_bf16(
-    out: &CudaStorage,
-    bias: (&CudaStorage, &Layout),
-    o: usize,
-    hw: usize,
-) -> Result<()> {
-    let dev = &out.device;
-    let slice = out.as_cuda_slice::<bf16>()?;
-    let bv = view::<bf16>(bias.0, bias.1)?;
-    let n = slice.len();
-    if bv.len() != o || o == 0 || hw == 0 || !n.is_multiple_of(o * hw) {
-        candle_core::bail!(
-            "plane bias: {} bias values for {n} outputs in planes of {hw} ({o} a sample)",
-            bv.len()
-        );
-    }
-    let (o, hw) = (o as i32, hw as i32);
-    // A fresh output (candle's allocations are 256-byte aligned): 8 values a thread where they
-    // come in whole 16-byte words.
-    let (kernel, threads) = if n.is_multiple_of(8) {
-        ("cumind_plane_bias_bf16x8", n / 8)
-    } else {
-        ("cumind_plane_bias_bf16", n)
-    };
-    let func = dev.get_or_load_custom_func(kernel, MODULE, ptx::FUSED_KERNELS)?;
-    let mut b = func.builder();
-    b.arg(slice).arg(&bv).arg(&o).arg(&hw).arg(&n);
-    // SAFETY: the argument list matches the kernel's signature.
-    unsafe { b.launch(elementwise_launch(threads)) }.w()?;
-    Ok(())
-}
-
 /// Per row, `-sum targets * log_softmax(logits)`: `[B, n]` -> `[B]`.
 pub fn soft_cross_entropy(
     logits: (&CudaStorage, &Layout),

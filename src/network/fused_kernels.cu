@@ -365,40 +365,10 @@ extern "C" __global__ void cumind_relu_backward_f32(const float *grad, const flo
                                                     size_t n) {
     relu_backward<float>(grad, x, out, n);
 }
-
 extern "C" __global__ void cumind_relu_backward_bf16(const __nv_bfloat16 *grad,
                                                      const __nv_bfloat16 *x,
                                                      __nv_bfloat16 *out, size_t n) {
     relu_backward<__nv_bfloat16>(grad, x, out, n);
-}
-
-// out[b, o, y, x] += bias[o] in place for an NCHW output of `o` planes of `hw` values a sample
-// (the bias of a convolution computed without one: cuDNN's, network::cudnn_conv). In f32,
-// rounded once.
-extern "C" __global__ void cumind_plane_bias_bf16(__nv_bfloat16 *out, const __nv_bfloat16 *bias,
-                                                  int o, int hw, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)blockDim.x * gridDim.x) {
-        const int f = (int)((i / (size_t)hw) % (size_t)o);
-        out[i] = __float2bfloat16(__bfloat162float(out[i]) + __bfloat162float(bias[f]));
-    }
-}
-// The same, 8 values a thread in one 16-byte load and store (n a multiple of 8, out 16-byte
-// aligned).
-extern "C" __global__ void cumind_plane_bias_bf16x8(__nv_bfloat16 *out, const __nv_bfloat16 *bias,
-                                                    int o, int hw, size_t n) {
-    uint4 *words = reinterpret_cast<uint4 *>(out);
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n / 8;
-         i += (size_t)blockDim.x * gridDim.x) {
-        uint4 word = words[i];
-        __nv_bfloat16 *v = reinterpret_cast<__nv_bfloat16 *>(&word);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const int f = (int)(((8 * i + j) / (size_t)hw) % (size_t)o);
-            v[j] = __float2bfloat16(__bfloat162float(v[j]) + __bfloat162float(bias[f]));
-        }
-        words[i] = word;
-    }
 }
 
 // Maximum and log-sum-exp of one row of n logits, all lanes taking part.

@@ -10,7 +10,6 @@ pub mod cost;
 pub mod cuda_graph;
 #[cfg(feature = "cuda")]
 pub mod cuda_mlp;
-pub mod cudnn_conv;
 mod direct_conv;
 pub mod fused;
 #[cfg(feature = "cuda")]

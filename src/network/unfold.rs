@@ -13,7 +13,6 @@
 
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
 
-use super::cudnn_conv::{self, ConvSizes, Pass};
 use super::fused::{add_bias, fused_kernels, narrowed, widened};
 use super::layers::cast;
 
@@ -147,16 +146,6 @@ impl candle_core::CustomOp3 for ImplicitConv {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        #[cfg(feature = "cudnn")]
-        if cudnn_conv::runs(Pass::Forward) {
-            let g = self.0;
-            let b = g.samples(l1.shape(), g.c * g.h * g.w)?;
-            let o = l3.shape().elem_count();
-            let sizes = g.sizes(b, o);
-            let out = cudnn_conv::forward((s1, l1), (s2, l2), sizes)?;
-            super::fused_cuda::plane_bias_bf16(&out, (s3, l3), o, g.h * g.w)?;
-            return Ok((out, Shape::from((b, o, g.h, g.w))));
-        }
         super::fused_cuda::conv_implicit((s1, l1), (s2, l2), (s3, l3), &self.0.into())
     }
 
@@ -170,31 +159,30 @@ impl candle_core::CustomOp3 for ImplicitConv {
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let g = self.0;
         let (b, o, h, w) = grad.dims4()?;
+        let taps = g.k * g.k;
         let grad = grad.contiguous()?;
-        let sizes = g.sizes(b, o);
-        let cudnn = |pass| grad.device().is_cuda() && cudnn_conv::runs(pass);
-        let dx = if cudnn(Pass::InputGradient) {
-            grad.apply_op2_no_bwd(filters, &CudnnInputGradient(sizes))?
-        } else {
-            input_gradient(g, filters, &grad)?
-        };
-        if cudnn(Pass::FilterGradient) {
-            let dfilters = x
-                .contiguous()?
-                .apply_op2_no_bwd(&grad, &CudnnFilterGradient(sizes))?
-                .reshape((o, g.patch_len()))?;
-            // The bias gradient as two products with ones (f32 sums in cuBLAS): each plane's
-            // sum, then each filter's over the samples.
-            let (dtype, device) = (grad.dtype(), grad.device());
-            let per_plane = grad
-                .reshape((b * o, h * w))?
-                .matmul(&Tensor::ones((h * w, 1), dtype, device)?)?
-                .reshape((b, o))?;
-            let dbias = Tensor::ones((1, b), dtype, device)?
-                .matmul(&per_plane)?
-                .reshape(o)?;
-            return Ok((Some(dx), Some(dfilters), Some(dbias)));
-        }
+        // The input gradient is itself a "same" convolution of the output gradient: with the
+        // filters' input and output channels swapped and each filter turned by 180 degrees,
+        // dx[b, ci, y, x] = sum over (o, ky, kx) of w[o, ci, k-1-ky, k-1-kx] g[b, o, y+ky-p, x+kx-p].
+        let reversed: Vec<u32> = (0..taps as u32).rev().collect();
+        let reversed = Tensor::from_vec(reversed, taps, grad.device())?;
+        let turned = filters
+            .reshape((o, g.c, taps))?
+            .index_select(&reversed, 2)?
+            .transpose(0, 1)?
+            .contiguous()?
+            .reshape((g.c, o * taps))?;
+        let zero_bias = Tensor::zeros(g.c, grad.dtype(), grad.device())?;
+        let dx = grad.apply_op3_no_bwd(
+            &turned,
+            &zero_bias,
+            &ImplicitConv(Geometry {
+                c: o,
+                h: g.h,
+                w: g.w,
+                k: g.k,
+            }),
+        )?;
         // [B, O, H, W] -> one row of O per position: [B * H * W, O].
         let rows = grad
             .reshape((b, o, h * w))?
@@ -210,100 +198,6 @@ impl candle_core::CustomOp3 for ImplicitConv {
         let ones = Tensor::ones((1, b * h * w), grad.dtype(), grad.device())?;
         let dbias = ones.matmul(&rows)?.reshape(o)?;
         Ok((Some(dx), Some(dfilters), Some(dbias)))
-    }
-}
-
-/// The input gradient of a "same" convolution (`g`, filters `[O, C * k * k]`) from the
-/// output gradient `grad` `[B, O, H, W]`: itself a "same" convolution of `grad`, with the
-/// filters' input and output channels swapped and each filter turned by 180 degrees,
-/// dx[b, ci, y, x] = sum over (o, ky, kx) of w[o, ci, k-1-ky, k-1-kx] g[b, o, y+ky-p, x+kx-p].
-fn input_gradient(g: Geometry, filters: &Tensor, grad: &Tensor) -> candle_core::Result<Tensor> {
-    let o = grad.dim(1)?;
-    let taps = g.k * g.k;
-    let reversed: Vec<u32> = (0..taps as u32).rev().collect();
-    let reversed = Tensor::from_vec(reversed, taps, grad.device())?;
-    let turned = filters
-        .reshape((o, g.c, taps))?
-        .index_select(&reversed, 2)?
-        .transpose(0, 1)?
-        .contiguous()?
-        .reshape((g.c, o * taps))?;
-    let zero_bias = Tensor::zeros(g.c, grad.dtype(), grad.device())?;
-    grad.apply_op3_no_bwd(
-        &turned,
-        &zero_bias,
-        &ImplicitConv(Geometry {
-            c: o,
-            h: g.h,
-            w: g.w,
-            k: g.k,
-        }),
-    )
-}
-
-/// cuDNN's input gradient as an op: arguments the output gradient `[B, O, H, W]` and the
-/// filters `[O, C * k * k]` -> `[B, C, H, W]`; CUDA only.
-struct CudnnInputGradient(ConvSizes);
-
-impl candle_core::CustomOp2 for CudnnInputGradient {
-    fn name(&self) -> &'static str {
-        "cumind-cudnn-input-gradient"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("cuDNN's input gradient ({:?}) runs on CUDA only", self.0)
-    }
-
-    #[cfg(feature = "cudnn")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let s = self.0;
-        let dx = cudnn_conv::backward_data((s1, l1), (s2, l2), s)?;
-        Ok((dx, Shape::from((s.b, s.c, s.h, s.w))))
-    }
-}
-
-/// cuDNN's filter gradient as an op: arguments the input `[B, C, H, W]` and the output
-/// gradient `[B, O, H, W]` -> `[O, C, k, k]`; CUDA only.
-struct CudnnFilterGradient(ConvSizes);
-
-impl candle_core::CustomOp2 for CudnnFilterGradient {
-    fn name(&self) -> &'static str {
-        "cumind-cudnn-filter-gradient"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("cuDNN's filter gradient ({:?}) runs on CUDA only", self.0)
-    }
-
-    #[cfg(feature = "cudnn")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let s = self.0;
-        let dw = cudnn_conv::backward_filter((s1, l1), (s2, l2), s)?;
-        Ok((dw, Shape::from((s.o, s.c, s.k, s.k))))
     }
 }
 
@@ -340,18 +234,6 @@ impl Geometry {
 
     fn cols_shape(&self, b: usize) -> Shape {
         Shape::from((b, self.h * self.w, self.patch_len()))
-    }
-
-    /// The sizes of a convolution of `b` samples into `o` filters (for cuDNN).
-    fn sizes(&self, b: usize, o: usize) -> ConvSizes {
-        ConvSizes {
-            b,
-            c: self.c,
-            h: self.h,
-            w: self.w,
-            o,
-            k: self.k,
-        }
     }
 
     fn board_shape(&self, b: usize) -> Shape {

@@ -150,9 +150,6 @@ pub fn train(
     }
     // Process-wide, as the CLI sets it too: a library caller gets the configured kernels.
     crate::network::fused::set_fused_kernels(config.device.fused_kernels);
-    if let Some(problem) = crate::network::cudnn_conv::set_cudnn_convs(config.device.cudnn) {
-        sink.log(&format!("warning: {problem}"));
-    }
     if let Some(problem) = options
         .resume
         .as_deref()

@@ -253,7 +253,7 @@ fn local_ranks(ranks: Option<&dyn Collective>) -> usize {
     ranks.map_or(1, |r| r.local_size().max(1))
 }
 
-/// The process-wide settings of `config`: `device.fused_kernels` and `device.cudnn`, and an explicit thread count
+/// The process-wide settings of `config`: `device.fused_kernels`, and an explicit thread count
 /// for rayon and candle, set before any thread starts (with RAYON_NUM_THREADS unset, candle
 /// re-derives it on every matmul, see docs/dependencies.md). The cores are shared among the
 /// `local_ranks` ranks of this machine. candle's element-wise ops stay on the calling thread
@@ -261,9 +261,6 @@ fn local_ranks(ranks: Option<&dyn Collective>) -> usize {
 /// CPU time than it saved beside CuMind's own rayon work (docs/dependencies.md).
 fn set_process_options(config: &Config, local_ranks: usize) {
     cumind::network::fused::set_fused_kernels(config.device.fused_kernels);
-    if let Some(problem) = cumind::network::cudnn_conv::set_cudnn_convs(config.device.cudnn) {
-        eprintln!("warning: {problem}");
-    }
     if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
         std::env::set_var("CANDLE_NUM_THREADS", "1");
     }
