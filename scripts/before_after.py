@@ -104,14 +104,18 @@ def table(directory: Path, network: str, title: str) -> str:
                 f"| {key[0]} | {key[1]:,} | {qo:,.0f} | {qa:,.0f} | {qa / qo:.2f} "
                 f"| {so:.2f} | {sa:.2f} | {so / sa:.2f} |"
             )
+    prefix = f"{network}_variant-"
     variants = sorted(
-        {p.name[len(network) + 9 :].rsplit("_", 1)[0] for p in directory.glob(f"{network}_variant-*_*.json")}
+        {p.name[len(prefix) :].rsplit("_", 1)[0] for p in directory.glob(f"{prefix}*_*.json")}
     )
+    training_after = training(after)
     for name in variants:
         found = rounds(directory, network, f"variant-{name}")
         v, tv = inference(found), training(found)
         out.append("")
-        out.append(f"Variant `{name}` (the after binary with one `--set`, {len(found)} rounds) against after:")
+        out.append(
+            f"Variant `{name}` (the after binary with one `--set`, {len(found)} rounds) against after:"
+        )
         out.append("")
         out.append("| dtype | batch | recurrent inf/s after | variant | x | ms/search after | variant | x |")
         out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -121,11 +125,10 @@ def table(directory: Path, network: str, title: str) -> str:
                 f"| {key[0]} | {key[1]:,} | {ra:,.0f} | {rv:,.0f} | {rv / ra:.2f} "
                 f"| {sa:.2f} | {sv:.2f} | {sa / sv:.2f} |"
             )
-        ta_ = training(after)
-        for dtype in sorted(set(tv) & set(ta_)):
+        for dtype in sorted(set(tv) & set(training_after)):
+            t = training_after[dtype]
             out.append(
-                f"| {dtype} | training ms/step | {ta_[dtype]:.2f} | {tv[dtype]:.2f} "
-                f"| {ta_[dtype] / tv[dtype]:.2f} | | | |"
+                f"| {dtype} | training ms/step | {t:.2f} | {tv[dtype]:.2f} | {t / tv[dtype]:.2f} | | | |"
             )
         out.append("")
         out.append(
