@@ -121,6 +121,7 @@ fn search_config_for(config: &Config, env: &EnvInfo, symmetric: bool) -> SearchC
         value_bounds: m.value_bounds.map(|(lo, hi)| (lo as f32, hi as f32)),
         unvisited_value: m.unvisited_value,
         decisive_moves: m.decisive_moves,
+        solver: m.solver,
     }
 }
 

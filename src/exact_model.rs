@@ -65,6 +65,8 @@ pub struct ExactModel<'a, M: Model + ?Sized> {
     /// With decisive moves: the search's discount (a lost position's value is minus the
     /// discounted reward of the opponent's win).
     decisive: Option<f32>,
+    /// Whether the game had ended at each node of the last recurrent inference.
+    ended: Vec<bool>,
 }
 
 impl<'a, M: Model + ?Sized> ExactModel<'a, M> {
@@ -74,6 +76,7 @@ impl<'a, M: Model + ?Sized> ExactModel<'a, M> {
             roots: roots.iter().map(|env| env.clone_box()).collect(),
             nodes: Vec::new(),
             decisive: None,
+            ended: Vec::new(),
         }
     }
 
@@ -199,6 +202,12 @@ impl<M: Model + ?Sized> Model for ExactModel<'_, M> {
             };
             children.push(child);
         }
+        self.ended.clear();
+        self.ended.extend(
+            children
+                .iter()
+                .map(|(_, observation)| observation.is_none()),
+        );
         // One network call for every position still in play.
         let live: Vec<usize> = (0..batch).filter(|&b| children[b].1.is_some()).collect();
         let observations: Vec<f32> = live
@@ -235,6 +244,10 @@ impl<M: Model + ?Sized> Model for ExactModel<'_, M> {
             }
         }
         Ok(prediction)
+    }
+
+    fn ended(&self) -> Option<&[bool]> {
+        Some(&self.ended)
     }
 }
 
@@ -365,6 +378,17 @@ mod tests {
         simulations: usize,
         decisive: bool,
     ) -> Vec<usize> {
+        searched(envs, observations, simulations, decisive, false).0
+    }
+
+    /// [`search`]'s moves and the roots' values, with decisive moves and the solver or not.
+    fn searched(
+        envs: &[&dyn Environment],
+        observations: &[Vec<f32>],
+        simulations: usize,
+        decisive: bool,
+        solver: bool,
+    ) -> (Vec<usize>, Vec<f32>) {
         let a = envs[0].legal_action_mask().len();
         let mut network = Uniform(a);
         let mut model = ExactModel::new(&mut network, envs);
@@ -375,6 +399,7 @@ mod tests {
             num_simulations: simulations,
             two_player: true,
             discount: 1.0,
+            solver,
             ..SearchConfig::default()
         };
         let masks: Vec<bool> = envs.iter().flat_map(|e| e.legal_action_mask()).collect();
@@ -390,12 +415,33 @@ mod tests {
             &mut rng,
         )
         .unwrap();
-        (0..envs.len())
+        let moves = (0..envs.len())
             .map(|b| {
                 let visits = &out.visit_counts[b * a..(b + 1) * a];
                 (0..a).max_by_key(|&i| visits[i]).unwrap()
             })
-            .collect()
+            .collect();
+        (moves, out.root_values)
+    }
+
+    /// The solver proves a Connect Four fork three plies deep (X plays 3 beside its 1 and 2,
+    /// leaving 0 and 4 open) and a lost position (O to move against that fork): the roots'
+    /// values are exactly the win and the loss, and X plays the fork. Without the solver the
+    /// same searches only sample those values.
+    #[test]
+    fn the_solver_proves_a_fork_and_a_lost_position() {
+        let (fork, fork_obs) = after_moves(ConnectFour::new(), &[1, 1, 2, 2]);
+        let (lost, lost_obs) = after_moves(ConnectFour::new(), &[1, 1, 2, 2, 3]);
+        let envs: [&dyn Environment; 2] = [&fork, &lost];
+        let observations = [fork_obs, lost_obs];
+        let (moves, values) = searched(&envs, &observations, 600, false, true);
+        assert_eq!(moves[0], 3, "X plays the fork");
+        assert_eq!(values, vec![1.0, -1.0], "proven win and loss");
+        let (_, sampled) = searched(&envs, &observations, 600, false, false);
+        assert!(
+            sampled[0] < 1.0 && sampled[1] > -1.0,
+            "without the solver the values are means of samples: {sampled:?}"
+        );
     }
 
     /// With a network that knows nothing, the real rules alone find the win in one and the

@@ -73,6 +73,13 @@ pub trait Model {
     fn fork(&self) -> Option<Box<dyn Model + Send + '_>> {
         None
     }
+
+    /// After a recurrent inference, whether the game had ended at each new node (`[batch]`):
+    /// known only to a model that steps the real game (the exact-rules model); `None` (the
+    /// default) for a learned model. The search's solver reads it.
+    fn ended(&self) -> Option<&[bool]> {
+        None
+    }
 }
 
 impl<M: Model + ?Sized> Model for Box<M> {
@@ -100,6 +107,10 @@ impl<M: Model + ?Sized> Model for Box<M> {
 
     fn fork(&self) -> Option<Box<dyn Model + Send + '_>> {
         (**self).fork()
+    }
+
+    fn ended(&self) -> Option<&[bool]> {
+        (**self).ended()
     }
 }
 
@@ -155,6 +166,10 @@ impl<M: Model> Model for Interruptible<'_, M> {
             inner,
             stop: self.stop,
         }))
+    }
+
+    fn ended(&self) -> Option<&[bool]> {
+        self.inner.ended()
     }
 }
 

@@ -881,6 +881,7 @@ mod tests {
             value_bounds: None,
             unvisited_value: Default::default(),
             decisive_moves: false,
+            solver: false,
         };
         let mut actor = Actor::new(&"TicTacToe".into(), 8, seed, 0)
             .unwrap()
@@ -922,6 +923,7 @@ mod tests {
             value_bounds: None,
             unvisited_value: Default::default(),
             decisive_moves: false,
+            solver: false,
         };
         let mut actor = Actor::new(&"CartPole-v1".into(), 4, 9, segment_length)
             .unwrap()
@@ -1124,6 +1126,7 @@ mod tests {
             value_bounds: None,
             unvisited_value: Default::default(),
             decisive_moves: false,
+            solver: false,
         };
         let on = |threads: usize| {
             rayon::ThreadPoolBuilder::new()

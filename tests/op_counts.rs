@@ -83,6 +83,7 @@ fn search_config(policy: SearchPolicy, simulations: usize) -> SearchConfig {
         value_bounds: None,
         unvisited_value: Default::default(),
         decisive_moves: false,
+        solver: false,
     }
 }
 

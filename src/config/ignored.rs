@@ -119,6 +119,13 @@ impl Config {
                 "mcts.model is \"learned\": only the exact-rules search knows the rules one move ahead".to_string(),
             );
         }
+        if m.solver && m.model != SearchModelKind::Exact {
+            add(
+                "mcts.solver",
+                "mcts.model is \"learned\": only the exact-rules search knows where the game ends"
+                    .to_string(),
+            );
+        }
 
         let n = &self.network_architecture;
         let conv = match n.network_type {

@@ -251,6 +251,10 @@ pub struct MctsConfig {
     /// rules (a win at once sets its value and prior; moves that leave the opponent a win at
     /// once lose their prior when others do not). See `crate::exact_model`.
     pub decisive_moves: bool,
+    /// With the exact model: prove wins and losses inside the tree from the game's ends and
+    /// back up proven values exactly (MCTS-Solver). For games whose returns lie in [-1, 1].
+    #[serde(default)]
+    pub solver: bool,
 }
 
 /// "Environment".

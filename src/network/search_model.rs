@@ -546,6 +546,7 @@ mod tests {
             value_bounds: None,
             unvisited_value: Default::default(),
             decisive_moves: false,
+            solver: false,
         }
     }
 

@@ -107,6 +107,13 @@ pub struct SearchConfig {
     /// `crate::exact_model`). The search itself does not read it.
     #[serde(default)]
     pub decisive_moves: bool,
+    /// MCTS-Solver (Winands, Bjornsson and Saito, 2008) for models that know where the game
+    /// ends (the exact-rules model): a node whose game has ended is proven (value 0, its
+    /// reward exact); a node with a move proven to return `SOLVED_WIN` or more, or whose legal
+    /// moves are all proven, is proven at the best of them; a proven node backs up its exact
+    /// value instead of its sampled mean. For games whose returns lie in [-1, 1].
+    #[serde(default)]
+    pub solver: bool,
 }
 
 impl Default for SearchConfig {
@@ -126,6 +133,7 @@ impl Default for SearchConfig {
             value_bounds: None,
             unvisited_value: UnvisitedValue::Min,
             decisive_moves: false,
+            solver: false,
         }
     }
 }

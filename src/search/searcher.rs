@@ -286,6 +286,7 @@ impl Searcher {
             unvisited: config.unvisited_value,
             gumbel: gumbel_params,
             schedules: &self.schedules,
+            solver: config.solver,
         };
         let trees = &mut self.trees[..batch];
         self.parents.resize(batch, 0);
@@ -306,6 +307,7 @@ impl Searcher {
             let node = simulation + 1;
             let pred = model.recurrent_inference(parents, actions, node)?;
             check_prediction("recurrent_inference", &pred, batch, num_actions, true)?;
+            let ended = if rules.solver { model.ended() } else { None };
             let last = node == num_simulations;
             for_each_tree(
                 parallel_trees,
@@ -319,7 +321,8 @@ impl Searcher {
                         value: pred.values[b],
                         reward: pred.rewards[b],
                     };
-                    ts.expand_and_backup(&rules, node, (*parent, *action), &expansion);
+                    let ended = ended.is_some_and(|e| e.get(b) == Some(&true));
+                    ts.expand_and_backup(&rules, node, (*parent, *action), &expansion, ended);
                     if !last {
                         (*parent, *action) = ts.select_leaf(&rules, node);
                     }

@@ -12,6 +12,10 @@ use super::min_max::MinMaxStats;
 use super::puct;
 use super::tree::{Expansion, Tree, ROOT};
 
+/// The return the solver takes as a win nothing can beat: games searched with the solver
+/// return at most 1 (see `SearchConfig::solver`).
+pub(super) const SOLVED_WIN: f32 = 1.0;
+
 /// Per-tree state of one batch element.
 #[derive(Debug, Default)]
 pub(super) struct TreeState {
@@ -44,6 +48,8 @@ pub(super) struct Rules<'a> {
     pub(super) gumbel: Option<SigmaParams>,
     /// Sequential Halving schedules indexed by the number of considered actions.
     pub(super) schedules: &'a [Vec<u32>],
+    /// MCTS-Solver: prove nodes from where the game ended (see `SearchConfig::solver`).
+    pub(super) solver: bool,
 }
 
 impl TreeState {
@@ -108,16 +114,36 @@ impl TreeState {
     }
 
     /// Create `node` as the child of `edge = (parent, action)` from the model's `expansion`
-    /// and back its value up to the root.
+    /// and back its value up to the root. With the solver, a node where the game `ended` is
+    /// proven at its value, and so is each ancestor that its proven children prove.
     pub(super) fn expand_and_backup(
         &mut self,
         rules: &Rules<'_>,
         node: usize,
         edge: (usize, usize),
         expansion: &Expansion<'_>,
+        ended: bool,
     ) {
         let depth = self.tree.add_child(node, edge, expansion, rules.two_player);
         self.max_depth = self.max_depth.max(depth);
+        if rules.solver && ended {
+            self.tree.solve(node, expansion.value);
+            let mut child = node;
+            while child != ROOT {
+                let parent = self.tree.parent(child) as usize;
+                if self.tree.solved(parent).is_some() {
+                    break;
+                }
+                match self
+                    .tree
+                    .proven_value(parent, rules.discount, rules.sign, SOLVED_WIN)
+                {
+                    Some(v) => self.tree.solve(parent, v),
+                    None => break,
+                }
+                child = parent;
+            }
+        }
         let stats = &mut self.stats;
         self.tree
             .backup(node, rules.discount, rules.sign, |q| stats.update(q));
@@ -138,6 +164,7 @@ mod tests {
             unvisited: UnvisitedValue::Min,
             gumbel: None,
             schedules: &[],
+            solver: false,
         }
     }
 
@@ -164,6 +191,7 @@ mod tests {
                 value: 2.0,
                 reward: 1.0,
             },
+            false,
         );
         assert_eq!(ts.tree.children_q(ROOT), &[0.0, 2.0]);
         assert_eq!(ts.tree.value(ROOT), 1.0);
@@ -181,6 +209,7 @@ mod tests {
                 value: 0.0,
                 reward: 0.0,
             },
+            false,
         );
         assert_eq!(ts.max_depth, 2);
         assert_eq!(ts.tree.visits(ROOT), 3);
@@ -200,7 +229,7 @@ mod tests {
             value: 2.0,
             reward: 1.0,
         };
-        ts.expand_and_backup(&rules, 1, (node, action), &leaf);
+        ts.expand_and_backup(&rules, 1, (node, action), &leaf, false);
         assert_eq!((ts.stats.min, ts.stats.max), (-1.0, 2.0));
         // A reset without bounds starts from nothing again.
         ts.reset(4, 2, &[true, true], None);
@@ -221,6 +250,7 @@ mod tests {
                 value: 2.0,
                 reward: 1.0,
             },
+            false,
         );
         assert_eq!(ts.tree.to_play(1), -1);
         // Two players: Q(root, 0) = 1 - 0.5 * 2 = 0.
@@ -251,6 +281,7 @@ mod tests {
                 value: 0.0,
                 reward: 0.0,
             },
+            false,
         );
         assert_eq!(ts.select_leaf(&rules, 1), (ROOT, 0));
     }

@@ -39,6 +39,9 @@ pub struct Tree {
     children: Vec<u32>,
     child_visits: Vec<u32>,
     child_q: Vec<f32>,
+    /// The node's proven value (from its own perspective) under the search's solver; NaN
+    /// while unproven.
+    solved: Vec<f32>,
 }
 
 /// What the model predicted for a newly reached state: the prior logits of its children
@@ -83,6 +86,7 @@ impl Tree {
         grow(&mut self.children, per_child, UNVISITED);
         grow(&mut self.child_visits, per_child, 0);
         grow(&mut self.child_q, per_child, 0.0);
+        grow(&mut self.solved, capacity, f32::NAN);
     }
 
     /// Number of nodes the tree can hold.
@@ -172,6 +176,48 @@ impl Tree {
         self.visits[node] = 1;
         self.value_sum[node] = value;
         self.raw_value[node] = value;
+        self.solved[node] = f32::NAN;
+    }
+
+    /// Mark `node` proven at `value` (its own perspective): its mean becomes that value, and
+    /// [`Tree::backup`] carries it up from there on.
+    pub fn solve(&mut self, node: usize, value: f32) {
+        self.solved[node] = value;
+        self.value_sum[node] = value * self.visits[node] as f32;
+    }
+
+    /// `node`'s proven value, if it is proven.
+    #[inline]
+    pub fn solved(&self, node: usize) -> Option<f32> {
+        let v = self.solved[node];
+        (!v.is_nan()).then_some(v)
+    }
+
+    /// What `node`'s proven children prove about it (MCTS-Solver): the best proven `Q` of
+    /// its moves when one of them reaches `win` or more (nothing can do better), or when
+    /// every move with a prior above 0 is proven; `None` otherwise.
+    pub fn proven_value(&self, node: usize, discount: f32, sign: f32, win: f32) -> Option<f32> {
+        let a = self.num_actions;
+        let mut best = f32::NEG_INFINITY;
+        let mut all = true;
+        for action in 0..a {
+            if self.priors[node * a + action] <= 0.0 {
+                continue;
+            }
+            match self
+                .child(node, action)
+                .and_then(|c| self.solved(c).map(|v| self.reward[c] + discount * sign * v))
+            {
+                Some(q) => {
+                    if q >= win {
+                        return Some(q);
+                    }
+                    best = best.max(q);
+                }
+                None => all = false,
+            }
+        }
+        (all && best > f32::NEG_INFINITY).then_some(best)
     }
 
     /// Add one backed-up return (from the node's own perspective). Does not refresh the edge
@@ -189,7 +235,7 @@ impl Tree {
     pub fn backup(&mut self, leaf: usize, discount: f32, sign: f32, mut on_q: impl FnMut(f32)) {
         let a = self.num_actions;
         let mut node = leaf;
-        let mut ret = self.raw_value[leaf];
+        let mut ret = self.solved(leaf).unwrap_or(self.raw_value[leaf]);
         while node != ROOT {
             let parent = self.parent[node] as usize;
             let slot = parent * a + self.action[node] as usize;
@@ -199,7 +245,14 @@ impl Tree {
             on_q(q);
             ret = self.reward[node] + discount * sign * ret;
             self.visits[parent] += 1;
-            self.value_sum[parent] += ret;
+            match self.solved(parent) {
+                // A proven node passes its exact value up, whatever was sampled below it.
+                Some(v) => {
+                    ret = v;
+                    self.value_sum[parent] = v * self.visits[parent] as f32;
+                }
+                None => self.value_sum[parent] += ret,
+            }
             node = parent;
         }
     }
