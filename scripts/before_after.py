@@ -66,6 +66,24 @@ def training(reports):
     return {key: median(vals) for key, vals in cells.items()}
 
 
+def shared_keys(first, second):
+    """The (dtype, batch) cells both tables hold, float32 first, then by batch."""
+    return sorted(set(first) & set(second), key=lambda k: (k[0] != "float32", k[1]))
+
+
+def paired_rows(base, new, rate):
+    """One row per shared cell: inferences/s (the cell's value at index `rate`) and ms per
+    search, base then new, each with new's speed over base's."""
+    rows = []
+    for key in shared_keys(base, new):
+        (rb, sb), (rn, sn) = (base[key][rate], base[key][1]), (new[key][rate], new[key][1])
+        rows.append(
+            f"| {key[0]} | {key[1]:,} | {rb:,.0f} | {rn:,.0f} | {rn / rb:.2f} "
+            f"| {sb:.2f} | {sn:.2f} | {sb / sn:.2f} |"
+        )
+    return rows
+
+
 def table(directory: Path, network: str, title: str) -> str:
     before, after = rounds(directory, network, "before"), rounds(directory, network, "after")
     if not before or not after:
@@ -79,7 +97,7 @@ def table(directory: Path, network: str, title: str) -> str:
     )
     out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     b, a = inference(before), inference(after)
-    for key in sorted(set(b) & set(a), key=lambda k: (k[0] != "float32", k[1])):
+    for key in shared_keys(b, a):
         (rb, sb, qb), (ra, sa, qa) = b[key], a[key]
         out.append(
             f"| {key[0]} | {key[1]:,} | {rb:,.0f} | {ra:,.0f} | {ra / rb:.2f} "
@@ -98,17 +116,12 @@ def table(directory: Path, network: str, title: str) -> str:
             "| dtype | batch | inf/s without graphs | with | x | ms/search without | with | x |"
         )
         out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
-        for key in sorted(set(off) & set(a), key=lambda k: (k[0] != "float32", k[1])):
-            (_, so, qo), (_, sa, qa) = off[key], a[key]
-            out.append(
-                f"| {key[0]} | {key[1]:,} | {qo:,.0f} | {qa:,.0f} | {qa / qo:.2f} "
-                f"| {so:.2f} | {sa:.2f} | {so / sa:.2f} |"
-            )
+        out.extend(paired_rows(off, a, 2))
     prefix = f"{network}_variant-"
     variants = sorted(
         {p.name[len(prefix) :].rsplit("_", 1)[0] for p in directory.glob(f"{prefix}*_*.json")}
     )
-    training_after = training(after)
+    tb, ta = training(before), training(after)
     for name in variants:
         found = rounds(directory, network, f"variant-{name}")
         v, tv = inference(found), training(found)
@@ -119,14 +132,9 @@ def table(directory: Path, network: str, title: str) -> str:
         out.append("")
         out.append("| dtype | batch | recurrent inf/s after | variant | x | ms/search after | variant | x |")
         out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
-        for key in sorted(set(v) & set(a), key=lambda k: (k[0] != "float32", k[1])):
-            (ra, sa, _), (rv, sv, _) = a[key], v[key]
-            out.append(
-                f"| {key[0]} | {key[1]:,} | {ra:,.0f} | {rv:,.0f} | {rv / ra:.2f} "
-                f"| {sa:.2f} | {sv:.2f} | {sa / sv:.2f} |"
-            )
-        for dtype in sorted(set(tv) & set(training_after)):
-            t = training_after[dtype]
+        out.extend(paired_rows(a, v, 0))
+        for dtype in sorted(set(tv) & set(ta)):
+            t = ta[dtype]
             out.append(
                 f"| {dtype} | training ms/step | {t:.2f} | {tv[dtype]:.2f} | {t / tv[dtype]:.2f} | | | |"
             )
@@ -135,7 +143,6 @@ def table(directory: Path, network: str, title: str) -> str:
             f"Peak GPU memory: after {median([m for _, m in after]):,.0f} MiB, "
             f"variant {median([m for _, m in found]):,.0f} MiB."
         )
-    tb, ta = training(before), training(after)
     if tb and ta:
         report = after[0][0]
         batch = next((r["batch"] for r in report["training"]), 0)
