@@ -249,7 +249,7 @@ impl Tree {
                 // A proven node passes its exact value up, whatever was sampled below it.
                 Some(v) => {
                     ret = v;
-                    self.value_sum[parent] = v * self.visits[parent] as f32;
+                    self.solve(parent, v);
                 }
                 None => self.value_sum[parent] += ret,
             }
