@@ -771,6 +771,112 @@ pub fn conv_implicit(
     ))
 }
 
+/// Positions a step of the filter-gradient kernel loads (`WG_BP` in the .cu file), filters
+/// and channels of a block's tile (`WG_BF`, `WG_BC`) and its threads.
+const FILTER_GRAD_STEP: usize = 32;
+const FILTER_GRAD_TILE: usize = 64;
+const FILTER_GRAD_THREADS: u32 = 256;
+/// The filter-gradient kernel's runs of positions: at least this many steps each (fewer runs
+/// of partial sums to add up), and no more runs than this (their arrays' memory).
+const FILTER_GRAD_MIN_STEPS: usize = 16;
+const FILTER_GRAD_MAX_RUNS: usize = 256;
+
+/// The filter and bias gradients of a bf16 "same" convolution from its input `x` `[B, C, H,
+/// W]` and its output's gradient `g` `[B, O, H, W]`, without patches: `[O, C * k * k + 1]`
+/// bf16, row f holding filter f's gradient (channel-major, then the taps) and then its bias's
+/// (see `cumind_conv_filter_grad_k*_bf16`).
+pub fn conv_filter_grad(
+    x: (&CudaStorage, &Layout),
+    g: (&CudaStorage, &Layout),
+    patches: &Patches,
+) -> Result<(CudaStorage, Shape)> {
+    let dev = &x.0.device;
+    let [c, h, w, k] = patches.args()?;
+    if !matches!(k, 1 | 3 | 5) {
+        candle_core::bail!("conv filter gradient: no kernel for a {k}x{k} filter");
+    }
+    for (dtype, what) in [(x.0.dtype(), "input"), (g.0.dtype(), "output gradient")] {
+        if dtype != DType::BF16 {
+            candle_core::bail!(
+                "conv filter gradient: the {what} is {dtype:?}, the kernel takes bf16"
+            );
+        }
+    }
+    let (xd, gd) = (x.1.dims(), g.1.dims());
+    let (b, o) = match (xd, gd) {
+        (&[b, xc, xh, xw], &[gb, o, gh, gw])
+            if b == gb && [xc, xh, xw] == [c, h, w].map(|v| v as usize) && [gh, gw] == [xh, xw] =>
+        {
+            (b, o)
+        }
+        _ => candle_core::bail!(
+            "conv filter gradient: input {xd:?} and output gradient {gd:?} are not [B, {c}, {h}, {w}] and [B, O, {h}, {w}]"
+        ),
+    };
+    let positions = b * (h * w) as usize;
+    let taps = (k * k) as usize;
+    let row = c as usize * taps + 1;
+    let n = o * row;
+    if x.1.shape().elem_count() > i32::MAX as usize
+        || g.1.shape().elem_count() > i32::MAX as usize
+        || n.saturating_mul(FILTER_GRAD_MAX_RUNS) > i32::MAX as usize
+    {
+        candle_core::bail!("conv filter gradient: too large for the 32-bit kernel");
+    }
+    let (xv, gv) = (view::<bf16>(x.0, x.1)?, view::<bf16>(g.0, g.1)?);
+    let steps = positions
+        .div_ceil(FILTER_GRAD_STEP * FILTER_GRAD_MAX_RUNS)
+        .max(FILTER_GRAD_MIN_STEPS);
+    let runs = positions.div_ceil(FILTER_GRAD_STEP * steps).max(1);
+    // SAFETY: every entry of every run's array is written by the kernel below (each tap,
+    // filter and channel by its tile's block, each bias by a tap-0 block).
+    let partial = unsafe { dev.alloc::<f32>(runs * n) }?;
+    let func = dev.get_or_load_custom_func(
+        &format!("cumind_conv_filter_grad_k{k}_bf16"),
+        MODULE,
+        ptx::FUSED_KERNELS,
+    )?;
+    let mut builder = func.builder();
+    let (positions_i, o_i, steps_i) = (positions as i32, o as i32, steps as i32);
+    builder.arg(&xv).arg(&gv).arg(&partial);
+    builder
+        .arg(&positions_i)
+        .arg(&c)
+        .arg(&h)
+        .arg(&w)
+        .arg(&o_i)
+        .arg(&steps_i);
+    let tiles = o.div_ceil(FILTER_GRAD_TILE) * (c as usize).div_ceil(FILTER_GRAD_TILE);
+    let config = LaunchConfig {
+        grid_dim: (runs as u32, taps as u32, tiles as u32),
+        block_dim: (FILTER_GRAD_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: the argument list matches the kernel's signature; x holds B * C * H * W values
+    // and g B * O * H * W (checked above); run r's block writes only run r's array of n
+    // entries (filters and channels bounds checked in the kernel).
+    unsafe { builder.launch(config) }.w()?;
+    let out = output::<bf16>(dev, n)?;
+    let func = dev.get_or_load_custom_func(
+        "cumind_conv_filter_grad_sum_bf16",
+        MODULE,
+        ptx::FUSED_KERNELS,
+    )?;
+    let mut builder = func.builder();
+    let (runs_i, taps_i) = (runs as i32, taps as i32);
+    builder
+        .arg(&partial)
+        .arg(&out)
+        .arg(&runs_i)
+        .arg(&o_i)
+        .arg(&c)
+        .arg(&taps_i);
+    // SAFETY: the argument list matches the kernel's signature; one thread per entry of `out`,
+    // reading `runs` arrays of n entries.
+    unsafe { builder.launch(thread_per_item(n)) }.w()?;
+    Ok((storage(out, dev), Shape::from((o, row))))
+}
+
 /// One bf16 convolution's buffers and sizes, checked by [`conv_implicit`], and the three ways
 /// to launch it.
 struct ConvCall<'a> {

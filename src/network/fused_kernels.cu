@@ -1087,6 +1087,196 @@ CONV_STAGED(1)
 CONV_STAGED(3)
 CONV_STAGED(5)
 
+// ---------------------------------------------------------------------------------------------
+// The filter and bias gradients of the convolution above, read from the boards themselves
+// (network::unfold's backward pass in bf16):
+//
+// dw[f, ci, ky, kx] = sum over positions (b, y, x) of g[b, f, y, x] * src[b, ci, y + ky - k / 2,
+//                                                                        x + kx - k / 2]
+// db[f]             = sum over positions of g[b, f, y, x]
+//
+// For one tap (ky, kx) that is a matrix product of the output gradient [F x P] with the input
+// shifted by the tap [P x C], the reduction running over the P = B * H * W positions: long and
+// thin, where a plain matrix product finds only a few output tiles to share out. So a block
+// takes one tap, one tile of WG_BF filters by WG_BC channels and a run of `steps` * WG_BP
+// positions (the host picks `steps`), loads both operands WG_BP positions at a time into shared memory straight from the
+// NCHW tensors (zeros past the board's edge, the batch's end, the last filter or channel),
+// multiplies them on the tensor cores (bf16 products, f32 sums) and writes its tile of sums into
+// its run's own f32 array, [k * k, F, C] then F bias sums (the blocks of tap 0 and the first
+// channel tile add up the bias gradient too). cumind_conv_filter_grad_sum_bf16 then adds the
+// runs' arrays and writes the result as the filters are laid out, [F, C * k * k + 1] in bf16
+// with the bias in the last column. Nothing is written out per position, where the unfolded
+// backward pass wrote every position's k * k * C patch entries before a matrix product.
+//
+// The grid: x = runs of positions, y = taps, z = filter tiles x channel tiles. 8 warps, each two
+// 16x16 fragments of the 64 x 64 tile.
+
+#define WG_BF 64
+#define WG_BC 64
+#define WG_BP 32
+#define WG_THREADS 256
+#define WG_LDA (WG_BP + 8)
+#define WG_LDB (WG_BP + 8)
+#define WG_LDC (WG_BC + 4)
+
+// One step's entries for this thread: position p's output gradient for filters f0 + warp,
+// + 8, ... (ga) and its input at the tap's shift for channels c0 + warp, + 8, ... (xb), zero
+// past the batch, the board's edge, the last filter or the last channel.
+template <int K>
+__device__ __forceinline__ void filter_grad_load(const __nv_bfloat16 *__restrict__ src,
+                                                 const __nv_bfloat16 *__restrict__ g, int p,
+                                                 int positions, int c, int h, int w, int o,
+                                                 int f0, int c0, int dy, int dx, int warp,
+                                                 __nv_bfloat16 *ga, __nv_bfloat16 *xb) {
+    const int hw = h * w;
+    const bool live = p < positions;
+    const int b = live ? p / hw : 0;
+    const int r = live ? p - b * hw : 0;
+    const int y = r / w;
+    const int x = r - y * w;
+    const int sy = y + dy, sx = x + dx;
+    const bool inside = live && sy >= 0 && sy < h && sx >= 0 && sx < w;
+    const __nv_bfloat16 zero = __float2bfloat16(0.0f);
+#pragma unroll
+    for (int j = 0; j < WG_BF / 8; ++j) {
+        const int f = f0 + warp + 8 * j;
+        ga[j] = live && f < o ? g[((size_t)b * o + f) * hw + r] : zero;
+    }
+#pragma unroll
+    for (int j = 0; j < WG_BC / 8; ++j) {
+        const int ci = c0 + warp + 8 * j;
+        xb[j] = inside && ci < c ? src[((size_t)b * c + ci) * hw + sy * w + sx] : zero;
+    }
+}
+
+template <int K>
+__device__ void conv_filter_grad(const __nv_bfloat16 *__restrict__ src,
+                                 const __nv_bfloat16 *__restrict__ g, float *__restrict__ partial,
+                                 int positions, int c, int h, int w, int o, int steps) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    using namespace nvcuda;
+    constexpr int TAPS = K * K;
+    __shared__ __align__(128) __nv_bfloat16 as[WG_BF * WG_LDA];
+    __shared__ __align__(128) __nv_bfloat16 bs[WG_BC * WG_LDB];
+    __shared__ __align__(128) float cs[WG_BF * WG_LDC];
+    const int tid = threadIdx.x;
+    const int warp = tid / WARP;
+    const int lane = tid % WARP;
+    const int tap = blockIdx.y;
+    const int dy = tap / K - K / 2;
+    const int dx = tap % K - K / 2;
+    const int ctiles = (c + WG_BC - 1) / WG_BC;
+    const int f0 = (blockIdx.z / ctiles) * WG_BF;
+    const int c0 = (blockIdx.z % ctiles) * WG_BC;
+    const bool bias_block = tap == 0 && c0 == 0;
+    // This run's own array of partial sums: [TAPS, F, C], then the F bias sums.
+    float *sums = partial + (size_t)blockIdx.x * o * (c * TAPS + 1);
+
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];
+    wmma::fill_fragment(acc[0], 0.0f);
+    wmma::fill_fragment(acc[1], 0.0f);
+    // Warp w: filters 16 (w / 2) ..., channels 32 (w % 2) ... (two fragments).
+    const int wf = (warp / 2) * 16;
+    const int wc = (warp % 2) * 32;
+    // Thread t loads position lane of the step for filters / channels warp, warp + 8, ...
+    float bias_sum[WG_BF / 8];
+#pragma unroll
+    for (int j = 0; j < WG_BF / 8; ++j) bias_sum[j] = 0.0f;
+
+    // The positions of this run still in the batch, WG_BP a step; each step's entries are
+    // loaded into registers while the tensor cores work on the step before.
+    const int first = blockIdx.x * steps * WG_BP;
+    const int live_steps = min(steps, (positions - first + WG_BP - 1) / WG_BP);
+    __nv_bfloat16 ga[WG_BF / 8], xb[WG_BC / 8];
+    filter_grad_load<K>(src, g, first + lane, positions, c, h, w, o, f0, c0, dy, dx, warp, ga, xb);
+    for (int step = 0; step < live_steps; ++step) {
+#pragma unroll
+        for (int j = 0; j < WG_BF / 8; ++j) {
+            as[(warp + 8 * j) * WG_LDA + lane] = ga[j];
+            bias_sum[j] += __bfloat162float(ga[j]);
+        }
+#pragma unroll
+        for (int j = 0; j < WG_BC / 8; ++j) {
+            bs[(warp + 8 * j) * WG_LDB + lane] = xb[j];
+        }
+        __syncthreads();
+        if (step + 1 < live_steps) {
+            filter_grad_load<K>(src, g, first + (step + 1) * WG_BP + lane, positions, c, h, w, o,
+                                f0, c0, dy, dx, warp, ga, xb);
+        }
+#pragma unroll
+        for (int ks = 0; ks < WG_BP; ks += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+            wmma::load_matrix_sync(fa, as + wf * WG_LDA + ks, WG_LDA);
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+                wmma::load_matrix_sync(fb, bs + (wc + j * 16) * WG_LDB + ks, WG_LDB);
+                wmma::mma_sync(acc[j], fa, fb, acc[j]);
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+        wmma::store_matrix_sync(cs + wf * WG_LDC + wc + j * 16, acc[j], WG_LDC,
+                                wmma::mem_row_major);
+    __syncthreads();
+    for (int e = tid; e < WG_BF * WG_BC; e += WG_THREADS) {
+        const int f = e / WG_BC;
+        const int ci = e - f * WG_BC;
+        if (f0 + f < o && c0 + ci < c) {
+            sums[((size_t)tap * o + f0 + f) * c + c0 + ci] = cs[f * WG_LDC + ci];
+        }
+    }
+    if (bias_block) {
+#pragma unroll
+        for (int j = 0; j < WG_BF / 8; ++j) {
+            const float s = warp_sum(bias_sum[j]);
+            const int f = warp + 8 * j;
+            if (lane == 0 && f0 + f < o) {
+                sums[(size_t)TAPS * o * c + f0 + f] = s;
+            }
+        }
+    }
+#else
+    __trap();
+#endif
+}
+
+#define CONV_FILTER_GRAD(K)                                                                    \
+    extern "C" __global__ void __launch_bounds__(WG_THREADS, 3)                                 \
+        cumind_conv_filter_grad_k##K##_bf16(const __nv_bfloat16 *src, const __nv_bfloat16 *g,   \
+                                             float *partial, int positions, int c, int h,      \
+                                             int w, int o, int steps) {                        \
+        conv_filter_grad<K>(src, g, partial, positions, c, h, w, o, steps);                    \
+    }
+CONV_FILTER_GRAD(1)
+CONV_FILTER_GRAD(3)
+CONV_FILTER_GRAD(5)
+
+// The runs' partial sums of cumind_conv_filter_grad_k*_bf16 added up in f32 and rounded to
+// bf16: out[f, ci * taps + tap] (and out[f, c * taps], the bias), one thread an entry.
+extern "C" __global__ void cumind_conv_filter_grad_sum_bf16(const float *partial,
+                                                            __nv_bfloat16 *out, int runs, int o,
+                                                            int c, int taps) {
+    const int row = c * taps + 1;
+    const int n = o * row;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        const int f = i / row;
+        const int e = i - f * row;
+        const int ci = e / taps;
+        const size_t at = e < c * taps ? ((size_t)(e - ci * taps) * o + f) * c + ci
+                                       : (size_t)taps * o * c + f;
+        float s = 0.0f;
+        for (int r = 0; r < runs; ++r) {
+            s += partial[(size_t)r * n + at];
+        }
+        out[i] = __float2bfloat16(s);
+    }
+}
+
 // A 1x1 convolution with at most FEW_FILTERS filters (the heads' policy, value and reward
 // planes): one thread per position, the sums over the channels in f32, bias added and rounded
 // once. The tensor-core kernels above compute a tile of 64 filters, almost all of it waste for
