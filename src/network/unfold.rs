@@ -66,9 +66,9 @@ pub fn convolves_implicitly(x: &Tensor, kernel: usize) -> bool {
 
 /// A "same" convolution with stride 1 in bf16 as one implicit-GEMM kernel on CUDA (the
 /// patches are gathered inside the matrix product, never written out), with a backward pass
-/// that writes no patches either: the input gradient is the same convolution of the output
-/// gradient with the filters turned, and the filter and bias gradients are summed from the
-/// input and the output gradient in one more kernel ([`FilterGrad`]). `x`
+/// that recomputes the patches instead of keeping them: the input gradient is the output
+/// gradient times the filters folded back by `col2im`, the filter gradient the output
+/// gradient times `im2col`'s patches of the input, the bias gradient a sum of rows. `x`
 /// `[B, C, H, W]`, `weight` `[O, C, k, k]` and `bias` `[O]` in bf16 -> `[B, O, H, W]` bf16.
 /// On the CPU the same op runs as a plain loop (the reference the CUDA kernel is tested
 /// against).
@@ -158,7 +158,7 @@ impl candle_core::CustomOp3 for ImplicitConv {
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let g = self.0;
-        let o = grad.dim(1)?;
+        let (b, o, h, w) = grad.dims4()?;
         let taps = g.k * g.k;
         let grad = grad.contiguous()?;
         // The input gradient is itself a "same" convolution of the output gradient: with the
@@ -183,81 +183,21 @@ impl candle_core::CustomOp3 for ImplicitConv {
                 k: g.k,
             }),
         )?;
-        // The filter and bias gradients in one pass over the input and the output gradient
-        // (no patches written out): [O, C * k * k + 1], the bias's in the last column.
-        let both = x.apply_op2_no_bwd(&grad, &FilterGrad(g))?;
-        let entries = g.patch_len();
-        let dfilters = both.narrow(1, 0, entries)?;
-        let dbias = both.narrow(1, entries, 1)?.reshape(o)?;
+        // [B, O, H, W] -> one row of O per position: [B * H * W, O].
+        let rows = grad
+            .reshape((b, o, h * w))?
+            .transpose(1, 2)?
+            .contiguous()?
+            .reshape((b * h * w, o))?;
+        // The patches are recomputed here rather than kept from the forward pass.
+        let cols = x
+            .apply_op1_no_bwd(&Im2Col(g))?
+            .reshape((b * h * w, g.patch_len()))?;
+        let dfilters = rows.t()?.matmul(&cols)?;
+        // The bias gradient as a product with ones (f32 sums in cuBLAS over all positions).
+        let ones = Tensor::ones((1, b * h * w), grad.dtype(), grad.device())?;
+        let dbias = ones.matmul(&rows)?.reshape(o)?;
         Ok((Some(dx), Some(dfilters), Some(dbias)))
-    }
-}
-
-/// The filter and bias gradients of a "same" convolution with stride 1: arguments x `[B, C,
-/// H, W]` and the output's gradient `[B, O, H, W]`, result `[O, C * k * k + 1]`, row f holding
-/// the gradient of filter f (channel-major, then the taps, as the filters are laid out) and
-/// then that of its bias. On the CPU a plain loop in f32 (the reference); on CUDA one kernel
-/// that reads both tensors as they are, on the tensor cores (bf16 only).
-struct FilterGrad(Geometry);
-
-impl candle_core::CustomOp2 for FilterGrad {
-    fn name(&self) -> &'static str {
-        "cumind-conv-filter-grad"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let g = self.0;
-        let hw = g.h * g.w;
-        let board = g.c * hw;
-        let b = g.samples(l1.shape(), board)?;
-        let (x, grad) = (widened(s1, l1)?, widened(s2, l2)?);
-        let per_sample = grad.len() / b.max(1);
-        if b == 0 || grad.len() != b * per_sample || !per_sample.is_multiple_of(hw) {
-            candle_core::bail!(
-                "conv filter gradient: an output gradient of {:?} for an input of {:?}",
-                l2.shape(),
-                l1.shape()
-            );
-        }
-        let o = per_sample / hw;
-        let entries = g.patch_len();
-        let row = entries + 1;
-        let mut out = vec![0f32; o * row];
-        let mut patch = vec![0f32; entries];
-        for (sample, dy) in x.chunks_exact(board).zip(grad.chunks_exact(per_sample)) {
-            for y in 0..g.h {
-                for xx in 0..g.w {
-                    for (v, i) in patch.iter_mut().zip(g.sources(y, xx)) {
-                        *v = i.map_or(0.0, |i| sample[i]);
-                    }
-                    for (f, sums) in out.chunks_exact_mut(row).enumerate() {
-                        let d = dy[f * hw + y * g.w + xx];
-                        for (s, p) in sums.iter_mut().zip(&patch) {
-                            *s += d * p;
-                        }
-                        sums[entries] += d;
-                    }
-                }
-            }
-        }
-        Ok((narrowed(out, s1), Shape::from((o, row))))
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        super::fused_cuda::conv_filter_grad((s1, l1), (s2, l2), &self.0.into())
     }
 }
 
@@ -446,9 +386,9 @@ mod tests {
         }
     }
 
-    /// The implicit convolution (its CPU loop, and its backward pass of the turned convolution
-    /// and the filter-gradient loop) equals candle's conv2d with every gradient, in f32; in
-    /// bf16 it stays within bf16's rounding of the f32 result.
+    /// The implicit convolution (its CPU loop and its backward pass of col2im, im2col and
+    /// matrix products) equals candle's conv2d with every gradient, in f32; in bf16 it stays
+    /// within bf16's rounding of the f32 result.
     #[test]
     fn the_implicit_convolution_equals_candles_conv2d_and_its_gradients() {
         for (k, seed) in [(3, 1), (1, 2), (5, 3)] {
