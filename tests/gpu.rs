@@ -712,8 +712,8 @@ fn recurrent_inference_from_a_cuda_graph_matches_op_by_op() {
 /// are earlier calls' children (so the latents the kernel stored are read back). f32 and bf16
 /// networks (the kernels compute in f32 either way); CartPole's default sizes (64 hidden, wider
 /// than a warp; a value support of 41) and a network with two residual blocks, odd widths,
-/// scaled observations and a reward support without MuZero's transform; batches of 1, 37 and
-/// 300 (one tree a warp, then four, the last warp part full). The values and rewards are
+/// scaled observations and a reward support without MuZero's transform; batches of 1, 37, 300
+/// (one tree a warp) and 2,101 (four a warp, the last warp part full). The values and rewards are
 /// decoded on the device, so this checks the decoding too.
 /// An action out of range is an error, not a read past the weights.
 #[test]
@@ -744,7 +744,7 @@ fn the_one_kernel_mlp_calls_match_the_host_mlp() {
         for dtype in [DType::F32, DType::BF16] {
             let tensors = cpu.params().to_tensors().unwrap();
             let net = MuZeroNetwork::from_tensors(spec.clone(), tensors, &device, dtype).unwrap();
-            for batch in [1, 37, 300] {
+            for batch in [1, 37, 300, 2101] {
                 let a = spec.num_actions;
                 let observations: Vec<f32> = (0..batch * spec.obs_len())
                     .map(|i| ((i * 7919) % 23) as f32 / 11.0 - 1.0)

@@ -30,8 +30,13 @@ use crate::support::{Support, Transform};
 const MAX_WARPS: usize = 4;
 /// Trees per warp at batches of [`MANY`] or more (each weight a lane loads serves them all).
 const ROWS: usize = 4;
-/// The batch from which a warp computes [`ROWS`] trees; below it, one.
-const MANY: usize = 16;
+/// The batch from which a warp computes [`ROWS`] trees; below it, one. A warp's trees share
+/// its loads but run one after another, so four a warp pay only once the card is full: on an
+/// H200 with CartPole's network a call of 256 trees took 37.5 us of kernel time at one tree a
+/// warp against 52 us at four, 1,024 trees 39.7 against 52 us, while at 4,096 trees four a
+/// warp made 42.1 million recurrent inferences a second against 34.8 (docs/benchmarks.md);
+/// 2,048 lies between the measured batches.
+const MANY: usize = 2048;
 /// The largest recurrent inference, in floating-point operations per tree, that runs here.
 /// A warp computes a tree's layers one after the other, so wide layers are slow: measured on an
 /// H200 (docs/benchmarks.md), CartPole's network (64 hidden, about 35 KFLOP) ran faster here
