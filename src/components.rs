@@ -122,6 +122,7 @@ fn search_config_for(config: &Config, env: &EnvInfo, symmetric: bool) -> SearchC
         unvisited_value: m.unvisited_value,
         decisive_moves: m.decisive_moves,
         solver: m.solver,
+        helper_threads: config.device.search_helper_threads,
     }
 }
 

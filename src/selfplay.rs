@@ -882,6 +882,7 @@ mod tests {
             unvisited_value: Default::default(),
             decisive_moves: false,
             solver: false,
+            helper_threads: 0,
         };
         let mut actor = Actor::new(&"TicTacToe".into(), 8, seed, 0)
             .unwrap()
@@ -924,6 +925,7 @@ mod tests {
             unvisited_value: Default::default(),
             decisive_moves: false,
             solver: false,
+            helper_threads: 0,
         };
         let mut actor = Actor::new(&"CartPole-v1".into(), 4, 9, segment_length)
             .unwrap()
@@ -1127,6 +1129,7 @@ mod tests {
             unvisited_value: Default::default(),
             decisive_moves: false,
             solver: false,
+            helper_threads: 0,
         };
         let on = |threads: usize| {
             rayon::ThreadPoolBuilder::new()

@@ -84,6 +84,7 @@ fn search_config(policy: SearchPolicy, simulations: usize) -> SearchConfig {
         unvisited_value: Default::default(),
         decisive_moves: false,
         solver: false,
+        helper_threads: 0,
     }
 }
 

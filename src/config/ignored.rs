@@ -45,6 +45,7 @@ pub const BENCHMARK_READS: &[&str] = &[
     "device.device_type",
     "device.fused_kernels",
     "device.cuda_graphs",
+    "device.search_helper_threads",
     "other.seed",
     "other.num_threads",
 ];

@@ -392,6 +392,12 @@ pub struct DeviceConfig {
     /// self-play without actor threads. No effect on the CPU.
     #[serde(default = "default_true")]
     pub cuda_graphs: bool,
+    /// Threads kept awake beside each search of 128 or more trees to share its per-tree work
+    /// (0: the rayon pool's threads, which sleep between simulations). Meant for a search whose
+    /// network runs on a GPU, where the search thread waits for every call; the helpers spin
+    /// for the length of each search. Results do not depend on it.
+    #[serde(default)]
+    pub search_helper_threads: usize,
 }
 
 /// "Other".

@@ -3,6 +3,9 @@
 
 use super::{invalid, Config, ConfigError, NetworkType, SearchModelKind, SymmetricSearch};
 
+/// The most helper threads a search may keep awake (`device.search_helper_threads`).
+const MAX_SEARCH_HELPERS: usize = 64;
+
 /// Whether validation needs the configured environment to be makeable in this process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EnvCheck {
@@ -250,6 +253,16 @@ impl Config {
 
         let dev = &self.device;
         at_least("device.num_devices", dev.num_devices, 1)?;
+        // Each helper takes a core for the length of every search.
+        if dev.search_helper_threads > MAX_SEARCH_HELPERS {
+            return Err(invalid(
+                "device.search_helper_threads",
+                format!(
+                    "{} is too large: must be at most {MAX_SEARCH_HELPERS}",
+                    dev.search_helper_threads
+                ),
+            ));
+        }
         if !t.batch_size.is_multiple_of(dev.num_devices) {
             return Err(invalid(
                 "training.batch_size",

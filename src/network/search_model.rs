@@ -547,6 +547,7 @@ mod tests {
             unvisited_value: Default::default(),
             decisive_moves: false,
             solver: false,
+            helper_threads: 0,
         }
     }
 

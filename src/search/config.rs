@@ -114,6 +114,14 @@ pub struct SearchConfig {
     /// value instead of its sampled mean. For games whose returns lie in [-1, 1].
     #[serde(default)]
     pub solver: bool,
+    /// Searches of at least 128 trees spread each simulation's per-tree work over this many
+    /// threads kept awake beside the caller for the whole search (`device.search_helper_threads`,
+    /// see `crate::threads::with_helpers`); 0 uses the rayon pool. For searches whose network
+    /// runs on a GPU: the pool's threads fall asleep during each device call, and waking them
+    /// costs about what splitting the work saves. The helpers spin, so they take their cores
+    /// for the length of each search. The result does not depend on it.
+    #[serde(default)]
+    pub helper_threads: usize,
 }
 
 impl Default for SearchConfig {
@@ -134,6 +142,7 @@ impl Default for SearchConfig {
             unvisited_value: UnvisitedValue::Min,
             decisive_moves: false,
             solver: false,
+            helper_threads: 0,
         }
     }
 }

@@ -5,10 +5,13 @@
 //! the roots and their noise, then per simulation one [`Model::recurrent_inference`] for the
 //! leaves of all trees, and finally the root statistics and [`targets`]. Each tree's own share
 //! of a simulation (descend, expand, back up) is in [`simulation`](super::simulation); large
-//! batches run it on the rayon pool.
+//! batches run it on the rayon pool, or on helper threads kept awake for the search
+//! ([`SearchConfig::helper_threads`]).
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use std::sync::Mutex;
+
 use rayon::prelude::*;
 
 use super::config::{SearchConfig, SearchPolicy};
@@ -19,7 +22,7 @@ use super::simulation::{Rules, TreeState};
 use super::tree::{Expansion, ROOT};
 use super::{noise, symmetric, targets};
 use crate::model::{Model, Prediction};
-use crate::threads::side_by_side;
+use crate::threads::{self, side_by_side, Team};
 
 /// Batches at least this large run the per-tree work on the rayon pool (below it, waking a
 /// thread cost more than it saved: batch 64, latent 64, 4.95 -> 4.45 ms per search serial).
@@ -293,28 +296,23 @@ impl Searcher {
         self.actions.resize(batch, 0);
         let parents = &mut self.parents[..batch];
         let actions = &mut self.actions[..batch];
+        // Large batches spread the per-tree work over the rayon pool, or over helper threads
+        // kept awake for the whole search when the configuration asks for them.
+        let parallel = parallel_trees && batch >= PARALLEL_MIN_BATCH;
+        let helpers = if parallel { config.helper_threads } else { 0 };
 
-        for_each_tree(
-            parallel_trees,
-            trees,
-            parents,
-            actions,
-            |_, ts, parent, action| {
+        threads::with_helpers(helpers, |team| -> Result<(), SearchError> {
+            let work = TreeWork { parallel, team };
+            work.for_each_tree(trees, parents, actions, |_, ts, parent, action| {
                 (*parent, *action) = ts.select_leaf(&rules, 0);
-            },
-        );
-        for simulation in 0..num_simulations {
-            let node = simulation + 1;
-            let pred = model.recurrent_inference(parents, actions, node)?;
-            check_prediction("recurrent_inference", &pred, batch, num_actions, true)?;
-            let ended = if rules.solver { model.ended() } else { None };
-            let last = node == num_simulations;
-            for_each_tree(
-                parallel_trees,
-                trees,
-                parents,
-                actions,
-                |b, ts, parent, action| {
+            });
+            for simulation in 0..num_simulations {
+                let node = simulation + 1;
+                let pred = model.recurrent_inference(parents, actions, node)?;
+                check_prediction("recurrent_inference", &pred, batch, num_actions, true)?;
+                let ended = if rules.solver { model.ended() } else { None };
+                let last = node == num_simulations;
+                work.for_each_tree(trees, parents, actions, |b, ts, parent, action| {
                     let logits = &pred.policy_logits[b * num_actions..(b + 1) * num_actions];
                     let expansion = Expansion {
                         logits,
@@ -326,9 +324,10 @@ impl Searcher {
                     if !last {
                         (*parent, *action) = ts.select_leaf(&rules, node);
                     }
-                },
-            );
-        }
+                });
+            }
+            Ok(())
+        })?;
 
         Ok(collect_output(trees, &rules, num_actions))
     }
@@ -403,39 +402,90 @@ impl Searcher {
     }
 }
 
-/// Run `f(b, tree, parent, action)` for every batch element, on the rayon pool for large
-/// batches when `parallel`. Each call touches only its own tree, so the result does not
-/// depend on the order.
-fn for_each_tree<F>(
+/// Where a search's per-tree work runs: on the caller alone, on the rayon pool, or on the
+/// caller and a team of helper threads ([`threads::with_helpers`]).
+struct TreeWork<'a> {
     parallel: bool,
-    trees: &mut [TreeState],
-    parents: &mut [usize],
-    actions: &mut [usize],
-    f: F,
-) where
-    F: Fn(usize, &mut TreeState, &mut usize, &mut usize) + Sync + Send,
-{
-    if parallel && trees.len() >= PARALLEL_MIN_BATCH {
-        let per_task = PARALLEL_CHUNK.max(trees.len().div_ceil(rayon::current_num_threads()));
-        trees
-            .par_iter_mut()
-            .zip(parents.par_iter_mut())
-            .zip(actions.par_iter_mut())
-            .enumerate()
-            // One task per thread (at least PARALLEL_CHUNK trees each): each task wakes a
-            // thread, and the per-tree work is a few microseconds.
-            .with_min_len(per_task)
-            .for_each(|(b, ((ts, p), a))| f(b, ts, p, a));
-    } else {
-        for (b, ((ts, p), a)) in trees
-            .iter_mut()
-            .zip(parents.iter_mut())
-            .zip(actions.iter_mut())
-            .enumerate()
-        {
-            f(b, ts, p, a);
+    team: &'a Team,
+}
+
+impl TreeWork<'_> {
+    /// Run `f(b, tree, parent, action)` for every batch element. Each call touches only its
+    /// own tree, so the result does not depend on the order.
+    fn for_each_tree<F>(
+        &self,
+        trees: &mut [TreeState],
+        parents: &mut [usize],
+        actions: &mut [usize],
+        f: F,
+    ) where
+        F: Fn(usize, &mut TreeState, &mut usize, &mut usize) + Sync + Send,
+    {
+        if self.parallel && self.team.helpers() > 0 {
+            // One chunk per thread, each behind a lock that only its taker takes.
+            let threads = self.team.helpers() + 1;
+            let per_chunk = trees.len().div_ceil(threads);
+            let chunks: Vec<Mutex<TreeChunk<'_>>> = trees
+                .chunks_mut(per_chunk)
+                .zip(parents.chunks_mut(per_chunk))
+                .zip(actions.chunks_mut(per_chunk))
+                .enumerate()
+                .map(|(i, ((trees, parents), actions))| {
+                    Mutex::new(TreeChunk {
+                        first: i * per_chunk,
+                        trees,
+                        parents,
+                        actions,
+                    })
+                })
+                .collect();
+            self.team.for_each(chunks.len(), &|i| {
+                let mut chunk = chunks[i].lock().unwrap_or_else(|e| e.into_inner());
+                let TreeChunk {
+                    first,
+                    trees,
+                    parents,
+                    actions,
+                } = &mut *chunk;
+                for (j, ((ts, p), a)) in trees
+                    .iter_mut()
+                    .zip(parents.iter_mut())
+                    .zip(actions.iter_mut())
+                    .enumerate()
+                {
+                    f(*first + j, ts, p, a);
+                }
+            });
+        } else if self.parallel {
+            let per_task = PARALLEL_CHUNK.max(trees.len().div_ceil(rayon::current_num_threads()));
+            trees
+                .par_iter_mut()
+                .zip(parents.par_iter_mut())
+                .zip(actions.par_iter_mut())
+                .enumerate()
+                // One task per thread (at least PARALLEL_CHUNK trees each): each task wakes a
+                // thread, and the per-tree work is a few microseconds.
+                .with_min_len(per_task)
+                .for_each(|(b, ((ts, p), a))| f(b, ts, p, a));
+        } else {
+            for (b, ((ts, p), a)) in trees
+                .iter_mut()
+                .zip(parents.iter_mut())
+                .zip(actions.iter_mut())
+                .enumerate()
+            {
+                f(b, ts, p, a);
+            }
         }
     }
+}
+
+/// A run of consecutive trees (from batch index `first`) and their leaves' slots.
+struct TreeChunk<'a> {
+    first: usize,
+    trees: &'a mut [TreeState],
+    parents: &'a mut [usize],
+    actions: &'a mut [usize],
 }
 
 fn check_prediction(

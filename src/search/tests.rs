@@ -254,15 +254,22 @@ fn negative_q_never_pulls_search_into_illegal_actions() {
 
 #[test]
 fn parallel_batches_match_single_searches() {
-    // 130 trees take the rayon path (PARALLEL_MIN_BATCH is 128); each must equal its own
-    // batch-of-one (serial) search.
+    // 130 trees take the rayon path (PARALLEL_MIN_BATCH is 128), or helper threads; each must
+    // equal its own batch-of-one (serial) search.
     let (batch, num_actions) = (130, 6);
     let mut rng = StdRng::seed_from_u64(9);
     let masks = random_masks(&mut rng, batch, num_actions);
     let obs: Vec<f32> = (0..batch).map(|b| b as f32 * 0.37).collect();
-    for policy in [SearchPolicy::Puct, SearchPolicy::default_gumbel()] {
+    let cases = [
+        (SearchPolicy::Puct, 0),
+        (SearchPolicy::default_gumbel(), 0),
+        (SearchPolicy::Puct, 2),
+        (SearchPolicy::default_gumbel(), 3),
+    ];
+    for (policy, helper_threads) in cases {
         let config = SearchConfig {
             policy,
+            helper_threads,
             ..puct_config(20, 0.97)
         };
         let mut model = HashModel::tempting(num_actions, masks.clone());
