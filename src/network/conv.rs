@@ -3,7 +3,7 @@
 
 use candle_core::{DType, Tensor};
 
-use super::fused::{fusable, fused_kernels, layer_norm, layer_norm_then, relu};
+use super::fused::{fusable, fused_kernels, layer_norm, layer_norm_then, norm_then, relu};
 use super::host_conv_trunk::{self, TrunkShape};
 use super::layers::{cast, min_max_scale, scale_and_shift, standardize, Head, Linear};
 use super::params::ParamBuilder;
@@ -112,14 +112,22 @@ impl PlaneNorm {
         out.reshape(x.dims())
     }
 
-    /// `relu?(residual? + norm(x))`: on CUDA with the fused kernels one op in inference
-    /// (`fused::layer_norm_then`); otherwise the norm, the add and the ReLU in turn.
+    /// `relu?(residual? + norm(x))`: on CUDA with the fused kernels one op, in inference
+    /// (`fused::layer_norm_then`) and in training (`fused::norm_then`, with its own backward
+    /// pass); otherwise the norm, the add and the ReLU in turn.
     pub fn forward_then(
         &self,
         x: &Tensor,
         residual: Option<&Tensor>,
         relu_after: bool,
     ) -> candle_core::Result<Tensor> {
+        let tracked = x.track_op()
+            || self.gamma.track_op()
+            || self.beta.track_op()
+            || residual.is_some_and(Tensor::track_op);
+        if tracked && x.device().is_cuda() && fused_kernels() {
+            return norm_then(x, residual, &self.gamma, &self.beta, 1e-5, relu_after);
+        }
         if x.device().is_cuda() && fused_kernels() {
             let (_, _, h, w) = x.dims4()?;
             let residual = residual.map(|r| r.flatten_from(1)).transpose()?;

@@ -355,6 +355,279 @@ impl CustomOp3 for LayerNormThen {
     }
 }
 
+/// `relu?(residual? + norm(x))` with its own backward pass: the training form of
+/// [`layer_norm_then`] for a plane norm. `x` `[B, ...]` is normalised over each sample's values,
+/// `gamma` and `beta` (`[C]`, f32) scale and shift each of the C equal runs of a sample's values
+/// (a channel's board); `residual`, when given, has `x`'s shape and dtype. The result has `x`'s
+/// shape and dtype.
+///
+/// Candle's backward pass adds each input's gradient into a fresh zero tensor, one full-size add
+/// per edge of the graph. A residual block's norm written out (the reshapes around the norm, the
+/// norm, the add, the ReLU) is seven such edges of the batch's whole activation; this op is two
+/// (x and the residual). Its backward pass recomputes the sum before the ReLU for the ReLU's
+/// mask (one more forward kernel), then runs the layer norm's backward kernel.
+pub fn norm_then(
+    x: &Tensor,
+    residual: Option<&Tensor>,
+    gamma: &Tensor,
+    beta: &Tensor,
+    eps: f64,
+    relu: bool,
+) -> candle_core::Result<Tensor> {
+    let channels = gamma.elem_count();
+    let (b, per_sample) = (x.dim(0)?, x.elem_count() / x.dim(0)?.max(1));
+    if channels == 0 || beta.elem_count() != channels || per_sample % channels != 0 {
+        candle_core::bail!(
+            "norm: a scale of {channels} and a shift of {} for samples of {per_sample} values",
+            beta.elem_count()
+        );
+    }
+    if let Some(r) = residual {
+        if r.dims() != x.dims() || r.dtype() != x.dtype() {
+            candle_core::bail!(
+                "norm: a residual of {:?} {:?} for an input of {:?} {:?}",
+                r.dims(),
+                r.dtype(),
+                x.dims(),
+                x.dtype()
+            );
+        }
+    }
+    let op = NormThenOp {
+        rows: b,
+        group: per_sample / channels,
+        eps: eps as f32,
+        relu,
+    };
+    let scale_shift = Tensor::stack(&[gamma.flatten_all()?, beta.flatten_all()?], 0)?;
+    let x = x.contiguous()?;
+    match residual {
+        Some(r) => x.apply_op3(&r.contiguous()?, &scale_shift, op),
+        None => x.apply_op2(&scale_shift, op),
+    }
+}
+
+/// [`norm_then`]'s op: inputs x, then the residual if any, then `[2, C]` scale and shift.
+#[derive(Clone, Copy)]
+struct NormThenOp {
+    rows: usize,
+    group: usize,
+    eps: f32,
+    relu: bool,
+}
+
+impl NormThenOp {
+    fn width(&self, channels: usize) -> usize {
+        channels * self.group
+    }
+
+    /// The forward pass on the CPU (the reference of the CUDA path).
+    fn cpu(
+        &self,
+        x: (&CpuStorage, &Layout),
+        residual: Option<(&CpuStorage, &Layout)>,
+        scale_shift: (&CpuStorage, &Layout),
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let values = widened(x.0, x.1)?;
+        let ss = elements(scale_shift.0, scale_shift.1)?;
+        let channels = ss.len() / 2;
+        let d = self.width(channels);
+        if d == 0 || values.len() != self.rows * d {
+            candle_core::bail!(
+                "norm: {} values for {} rows of {d}",
+                values.len(),
+                self.rows
+            );
+        }
+        let spread = |t: &[f32]| -> Vec<f32> {
+            t.iter()
+                .flat_map(|&v| std::iter::repeat_n(v, self.group))
+                .collect()
+        };
+        let mut out = vec![0f32; values.len()];
+        let (gamma, beta) = ss.split_at(channels);
+        layer_norm_rows(&values, &spread(gamma), &spread(beta), self.eps, &mut out);
+        if let Some((storage, layout)) = residual {
+            for (o, r) in out.iter_mut().zip(widened(storage, layout)?.iter()) {
+                *o += r;
+            }
+        }
+        if self.relu {
+            for o in &mut out {
+                *o = o.max(0.0);
+            }
+        }
+        Ok((narrowed(out, x.0), x.1.shape().clone()))
+    }
+
+    /// The forward pass on CUDA: the plane norm's fused kernel on the rows of `x`.
+    #[cfg(feature = "cuda")]
+    fn cuda(
+        &self,
+        x: (&candle_core::CudaStorage, &Layout),
+        residual: Option<(&candle_core::CudaStorage, &Layout)>,
+        scale_shift: (&candle_core::CudaStorage, &Layout),
+        relu: bool,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let channels = scale_shift.1.shape().elem_count() / 2;
+        let d = self.width(channels);
+        if d == 0 || x.1.shape().elem_count() != self.rows * d || !x.1.is_contiguous() {
+            candle_core::bail!(
+                "norm: an input of {:?} for {} rows of {d}",
+                x.1.dims(),
+                self.rows
+            );
+        }
+        let rows = |l: &Layout| Layout::contiguous_with_offset((self.rows, d), l.start_offset());
+        let x_rows = rows(x.1);
+        let residual_rows = residual.map(|(s, l)| (s, rows(l)));
+        let start = scale_shift.1.start_offset();
+        let gamma = Layout::contiguous_with_offset(channels, start);
+        let beta = Layout::contiguous_with_offset(channels, start + channels);
+        let (out, _) = super::fused_cuda::layer_norm_act(
+            (x.0, &x_rows),
+            residual_rows.as_ref().map(|(s, l)| (*s, l)),
+            (scale_shift.0, &gamma),
+            (scale_shift.0, &beta),
+            self.group,
+            self.eps,
+            relu,
+        )?;
+        Ok((out, x.1.shape().clone()))
+    }
+
+    /// Gradients of x, the residual (when there is one) and the `[2, C]` scale and shift.
+    fn backward(
+        &self,
+        x: &Tensor,
+        residual: Option<&Tensor>,
+        scale_shift: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Tensor, Option<Tensor>, Tensor)> {
+        let channels = scale_shift.dim(1)?;
+        let d = self.width(channels);
+        let grad = grad.contiguous()?.reshape((self.rows, d))?;
+        let x_rows = x.reshape((self.rows, d))?;
+        let gamma = scale_shift.get(0)?;
+        // The ReLU's mask from the sum before it (the same test, `>= 0`, as `relu`'s).
+        let grad = if self.relu {
+            let plain = NormThenOp {
+                relu: false,
+                ..*self
+            };
+            let before = match residual {
+                Some(r) => x.apply_op3_no_bwd(r, scale_shift, &plain)?,
+                None => x.apply_op2_no_bwd(scale_shift, &plain)?,
+            };
+            grad.apply_op2_no_bwd(&before.reshape((self.rows, d))?, &ReluBackward)?
+        } else {
+            grad
+        };
+        let spread_gamma = gamma
+            .reshape((channels, 1))?
+            .broadcast_as((channels, self.group))?
+            .contiguous()?
+            .flatten_all()?;
+        let packed =
+            grad.apply_op3_no_bwd(&x_rows, &spread_gamma, &LayerNormBackward { eps: self.eps })?;
+        let n = x.elem_count();
+        let dx = packed
+            .narrow(0, 0, n)?
+            .reshape(x.shape())?
+            .to_dtype(x.dtype())?;
+        let per_channel = |at: usize| -> candle_core::Result<Tensor> {
+            packed
+                .narrow(0, at, d)?
+                .reshape((channels, self.group))?
+                .sum(1)
+        };
+        let dscale_shift = Tensor::stack(&[per_channel(n)?, per_channel(n + d)?], 0)?;
+        let dresidual = residual.map(|_| grad.reshape(x.shape())).transpose()?;
+        Ok((dx, dresidual, dscale_shift))
+    }
+}
+
+impl CustomOp2 for NormThenOp {
+    fn name(&self) -> &'static str {
+        "cumind-norm-then"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        self.cpu((s1, l1), None, (s2, l2))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        self.cuda((s1, l1), None, (s2, l2), self.relu)
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        scale_shift: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let (dx, _, dss) = self.backward(x, None, scale_shift, grad)?;
+        Ok((Some(dx), Some(dss)))
+    }
+}
+
+impl CustomOp3 for NormThenOp {
+    fn name(&self) -> &'static str {
+        "cumind-norm-then-residual"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        self.cpu((s1, l1), Some((s2, l2)), (s3, l3))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        self.cuda((s1, l1), Some((s2, l2)), (s3, l3), self.relu)
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        residual: &Tensor,
+        scale_shift: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (dx, dr, dss) = self.backward(x, Some(residual), scale_shift, grad)?;
+        Ok((Some(dx), dr, Some(dss)))
+    }
+}
+
 /// `sum(a_i * b_i)`, accumulated in eight lanes so that the compiler vectorises it (a plain
 /// f32 sum is a serial chain it may not reorder).
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -1119,6 +1392,84 @@ mod tests {
                     !lo.is_nan() && !hi.is_nan(),
                     "length {len}: a NaN came through"
                 );
+            }
+        }
+    }
+
+    /// The plane norm with its residual and ReLU as one op (`norm_then`) equals the same
+    /// written out with candle's ops, forward and every gradient (x, residual, scale, shift),
+    /// with and without the residual and the ReLU.
+    #[test]
+    fn the_norm_then_op_equals_the_written_out_ops_and_their_gradients() {
+        let (b, c, h, w) = (3, 4, 2, 5);
+        let x0 = uniform(&[b, c, h, w], 2.0, 11);
+        let r0 = uniform(&[b, c, h, w], 1.0, 12);
+        let g0 = (uniform(&[c], 0.5, 13) + 1.0).unwrap();
+        let b0 = uniform(&[c], 0.5, 14);
+        let mix = uniform(&[b, c, h, w], 1.0, 15);
+        for residual in [false, true] {
+            for relu_after in [false, true] {
+                let run = |fused: bool| {
+                    let vars: Vec<Var> = [&x0, &r0, &g0, &b0]
+                        .iter()
+                        .map(|t| Var::from_tensor(t).unwrap())
+                        .collect();
+                    let (x, r, gamma, beta) = (
+                        vars[0].as_tensor(),
+                        vars[1].as_tensor(),
+                        vars[2].as_tensor(),
+                        vars[3].as_tensor(),
+                    );
+                    let y = if fused {
+                        norm_then(x, residual.then_some(r), gamma, beta, 1e-5, relu_after).unwrap()
+                    } else {
+                        let flat = x.flatten_from(1).unwrap();
+                        let mean = flat.mean_keepdim(1).unwrap();
+                        let centred = flat.broadcast_sub(&mean).unwrap();
+                        let var = centred.sqr().unwrap().mean_keepdim(1).unwrap();
+                        let normed = centred
+                            .broadcast_div(&(var + 1e-5).unwrap().sqrt().unwrap())
+                            .unwrap()
+                            .reshape((b, c, h, w))
+                            .unwrap();
+                        let mut y = normed
+                            .broadcast_mul(&gamma.reshape((1, c, 1, 1)).unwrap())
+                            .unwrap()
+                            .broadcast_add(&beta.reshape((1, c, 1, 1)).unwrap())
+                            .unwrap();
+                        if residual {
+                            y = (y + r).unwrap();
+                        }
+                        if relu_after {
+                            y = y.relu().unwrap();
+                        }
+                        y
+                    };
+                    let loss = (&y * &mix).unwrap().sum_all().unwrap();
+                    let grads = loss.backward().unwrap();
+                    let mut out = vec![y];
+                    for v in &vars {
+                        out.push(
+                            grads
+                                .get(v.as_tensor())
+                                .cloned()
+                                .unwrap_or_else(|| v.as_tensor().zeros_like().unwrap()),
+                        );
+                    }
+                    out
+                };
+                let (ours, theirs) = (run(true), run(false));
+                for (what, (a, e)) in ["output", "dx", "dresidual", "dgamma", "dbeta"]
+                    .iter()
+                    .zip(ours.iter().zip(&theirs))
+                {
+                    close(
+                        a,
+                        e,
+                        1e-4,
+                        &format!("{what}, residual {residual}, relu {relu_after}"),
+                    );
+                }
             }
         }
     }
