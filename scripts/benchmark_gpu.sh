@@ -13,7 +13,9 @@
 #       # CartPole's network only, inference and search only (no training rows)
 #   VARIANTS="nographs=device.cuda_graphs=false nofused=device.fused_kernels=false" \
 #     BEFORE=... BIN=... scripts/benchmark_gpu.sh
-#       # also BIN with each `--set KEY=VALUE` on the conv network, one table row set each
+#       # also BIN with each `--set KEY=VALUE` on each network measured, one table each
+#   VARIANTS="h3=device.search_helper_threads=3" CONNECT4=0 DTYPES=bfloat16 \
+#     BEFORE=... BIN=... scripts/benchmark_gpu.sh   # CartPole's search with 3 helper threads
 #
 # With BEFORE (a second `cuda` binary, an older build), the script measures both binaries in
 # turn on the same GPU (old, new, old, new) and prints one before/after table per network:
@@ -164,6 +166,10 @@ if [ -n "${BEFORE:-}" ]; then
           "$OUT_DIR/small_nographs_$round.json" "$BIN" "${OFF[@]}" "${SMALL[@]}"
       fi
       run "CartPole, after, round $round" "$OUT_DIR/small_after_$round.json" "$BIN" "${SMALL[@]}"
+      for variant in "${VARIANT_LIST[@]}"; do
+        run "CartPole, after with ${variant#*=}, round $round" \
+          "$OUT_DIR/small_variant-${variant%%=*}_$round.json" "$BIN" --set "${variant#*=}" "${SMALL[@]}"
+      done
     done
   fi
   python3 scripts/before_after.py "$OUT_DIR" | tee "$OUT_DIR/before_after.md"
