@@ -112,8 +112,16 @@ impl Team {
         self.busy.store(self.helpers, Ordering::Relaxed);
         self.epoch.fetch_add(1, Ordering::Release);
         let mine = catch_unwind(AssertUnwindSafe(|| self.take_chunks(f)));
+        // A helper that the OS has put aside holds the job up; yield now and then so that it
+        // gets a core back on a machine with more threads than cores.
+        let mut spins = 0u32;
         while self.busy.load(Ordering::Acquire) != 0 {
-            std::hint::spin_loop();
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(1024) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
         }
         *self.job.lock().unwrap_or_else(|e| e.into_inner()) = None;
         if let Err(panic) = mine {
