@@ -322,35 +322,33 @@ impl CustomOp3 for LayerNormThen {
                 beta.len()
             );
         }
-        let spread = |t: &[f32]| -> Vec<f32> {
-            t.iter()
-                .flat_map(|&v| std::iter::repeat_n(v, group))
-                .collect()
+        let held = self.residual.as_ref().map(Tensor::storage_and_layout);
+        let residual = match &held {
+            Some((storage, layout)) => {
+                let candle_core::Storage::Cpu(storage) = &**storage else {
+                    candle_core::bail!("layer norm: the residual is not on the CPU");
+                };
+                let r = widened(storage, layout)?;
+                if r.len() != x.len() {
+                    candle_core::bail!(
+                        "layer norm: a residual of {} values for {}",
+                        r.len(),
+                        x.len()
+                    );
+                }
+                Some(r)
+            }
+            None => None,
         };
-        let mut out = vec![0f32; x.len()];
-        layer_norm_rows(&x, &spread(gamma), &spread(beta), self.eps, &mut out);
-        if let Some(r) = &self.residual {
-            let (storage, layout) = r.storage_and_layout();
-            let candle_core::Storage::Cpu(storage) = &*storage else {
-                candle_core::bail!("layer norm: the residual is not on the CPU");
-            };
-            let r = widened(storage, layout)?;
-            if r.len() != out.len() {
-                candle_core::bail!(
-                    "layer norm: a residual of {} values for {}",
-                    r.len(),
-                    out.len()
-                );
-            }
-            for (o, r) in out.iter_mut().zip(r.iter()) {
-                *o += r;
-            }
-        }
-        if self.relu {
-            for o in &mut out {
-                *o = o.max(0.0);
-            }
-        }
+        let out = norm_then_rows(
+            &x,
+            residual.as_deref(),
+            gamma,
+            beta,
+            group,
+            self.eps,
+            self.relu,
+        );
         Ok((narrowed(out, s1), l1.shape().clone()))
     }
 }
@@ -407,6 +405,38 @@ pub fn norm_then(
     }
 }
 
+/// `relu?(residual? + layer_norm(x))` on the CPU over rows of `gamma.len() * group` values,
+/// one scale and shift per `group` consecutive values: the loop behind [`layer_norm_then_op`]
+/// and [`norm_then`].
+fn norm_then_rows(
+    x: &[f32],
+    residual: Option<&[f32]>,
+    gamma: &[f32],
+    beta: &[f32],
+    group: usize,
+    eps: f32,
+    relu: bool,
+) -> Vec<f32> {
+    let spread = |t: &[f32]| -> Vec<f32> {
+        t.iter()
+            .flat_map(|&v| std::iter::repeat_n(v, group))
+            .collect()
+    };
+    let mut out = vec![0f32; x.len()];
+    layer_norm_rows(x, &spread(gamma), &spread(beta), eps, &mut out);
+    if let Some(r) = residual {
+        for (o, r) in out.iter_mut().zip(r) {
+            *o += r;
+        }
+    }
+    if relu {
+        for o in &mut out {
+            *o = o.max(0.0);
+        }
+    }
+    out
+}
+
 /// [`norm_then`]'s op: inputs x, then the residual if any, then `[2, C]` scale and shift.
 #[derive(Clone, Copy)]
 struct NormThenOp {
@@ -439,24 +469,19 @@ impl NormThenOp {
                 self.rows
             );
         }
-        let spread = |t: &[f32]| -> Vec<f32> {
-            t.iter()
-                .flat_map(|&v| std::iter::repeat_n(v, self.group))
-                .collect()
-        };
-        let mut out = vec![0f32; values.len()];
         let (gamma, beta) = ss.split_at(channels);
-        layer_norm_rows(&values, &spread(gamma), &spread(beta), self.eps, &mut out);
-        if let Some((storage, layout)) = residual {
-            for (o, r) in out.iter_mut().zip(widened(storage, layout)?.iter()) {
-                *o += r;
-            }
-        }
-        if self.relu {
-            for o in &mut out {
-                *o = o.max(0.0);
-            }
-        }
+        let residual = residual
+            .map(|(storage, layout)| widened(storage, layout))
+            .transpose()?;
+        let out = norm_then_rows(
+            &values,
+            residual.as_deref(),
+            gamma,
+            beta,
+            self.group,
+            self.eps,
+            self.relu,
+        );
         Ok((narrowed(out, x.0), x.1.shape().clone()))
     }
 
@@ -467,7 +492,6 @@ impl NormThenOp {
         x: (&candle_core::CudaStorage, &Layout),
         residual: Option<(&candle_core::CudaStorage, &Layout)>,
         scale_shift: (&candle_core::CudaStorage, &Layout),
-        relu: bool,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
         let channels = scale_shift.1.shape().elem_count() / 2;
         let d = self.width(channels);
@@ -491,7 +515,7 @@ impl NormThenOp {
             (scale_shift.0, &beta),
             self.group,
             self.eps,
-            relu,
+            self.relu,
         )?;
         Ok((out, x.1.shape().clone()))
     }
@@ -570,7 +594,7 @@ impl CustomOp2 for NormThenOp {
         s2: &candle_core::CudaStorage,
         l2: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        self.cuda((s1, l1), None, (s2, l2), self.relu)
+        self.cuda((s1, l1), None, (s2, l2))
     }
 
     fn bwd(
@@ -612,7 +636,7 @@ impl CustomOp3 for NormThenOp {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        self.cuda((s1, l1), Some((s2, l2)), (s3, l3), self.relu)
+        self.cuda((s1, l1), Some((s2, l2)), (s3, l3))
     }
 
     fn bwd(
