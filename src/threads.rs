@@ -116,12 +116,7 @@ impl Team {
         // gets a core back on a machine with more threads than cores.
         let mut spins = 0u32;
         while self.busy.load(Ordering::Acquire) != 0 {
-            spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(1024) {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
+            spin_or_yield(&mut spins);
         }
         *self.job.lock().unwrap_or_else(|e| e.into_inner()) = None;
         if let Err(panic) = mine {
@@ -153,12 +148,7 @@ impl Team {
             }
             let epoch = self.epoch.load(Ordering::Acquire);
             if epoch == seen {
-                spins = spins.wrapping_add(1);
-                if spins.is_multiple_of(1024) {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
+                spin_or_yield(&mut spins);
                 continue;
             }
             seen = epoch;
@@ -172,6 +162,17 @@ impl Team {
             }
             self.busy.fetch_sub(1, Ordering::Release);
         }
+    }
+}
+
+/// One turn of a busy wait: a spin hint, and every 1,024th turn a yield to the OS, so that a
+/// waiting thread gives its core up now and then on a machine with more threads than cores.
+fn spin_or_yield(spins: &mut u32) {
+    *spins = spins.wrapping_add(1);
+    if spins.is_multiple_of(1024) {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
     }
 }
 

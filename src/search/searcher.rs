@@ -8,10 +8,10 @@
 //! batches run it on the rayon pool, or on helper threads kept awake for the search
 //! ([`SearchConfig::helper_threads`]).
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use std::sync::Mutex;
 
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
 use super::config::{SearchConfig, SearchPolicy};
@@ -447,14 +447,7 @@ impl TreeWork<'_> {
                     parents,
                     actions,
                 } = &mut *chunk;
-                for (j, ((ts, p), a)) in trees
-                    .iter_mut()
-                    .zip(parents.iter_mut())
-                    .zip(actions.iter_mut())
-                    .enumerate()
-                {
-                    f(*first + j, ts, p, a);
-                }
+                each_in_turn(*first, trees, parents, actions, &f);
             });
         } else if self.parallel {
             let per_task = PARALLEL_CHUNK.max(trees.len().div_ceil(rayon::current_num_threads()));
@@ -468,15 +461,28 @@ impl TreeWork<'_> {
                 .with_min_len(per_task)
                 .for_each(|(b, ((ts, p), a))| f(b, ts, p, a));
         } else {
-            for (b, ((ts, p), a)) in trees
-                .iter_mut()
-                .zip(parents.iter_mut())
-                .zip(actions.iter_mut())
-                .enumerate()
-            {
-                f(b, ts, p, a);
-            }
+            each_in_turn(0, trees, parents, actions, &f);
         }
+    }
+}
+
+/// `f(first + j, tree j, parent j, action j)` for each tree of the slices, on this thread.
+fn each_in_turn<F>(
+    first: usize,
+    trees: &mut [TreeState],
+    parents: &mut [usize],
+    actions: &mut [usize],
+    f: &F,
+) where
+    F: Fn(usize, &mut TreeState, &mut usize, &mut usize),
+{
+    for (j, ((ts, p), a)) in trees
+        .iter_mut()
+        .zip(parents.iter_mut())
+        .zip(actions.iter_mut())
+        .enumerate()
+    {
+        f(first + j, ts, p, a);
     }
 }
 
