@@ -7,7 +7,11 @@
 //! and prints PLAYER's wins, draws and losses per side. Where the exact solver answers (at
 //! most 24 empty cells) it also gives, per side, how many games were won, drawn or lost for
 //! PLAYER (with best play) at PLAYER's first move there, and the won or drawn positions
-//! PLAYER's moves threw away: the same split as `cumind eval --check-moves`.
+//! PLAYER's moves threw away: the same split as `cumind eval --check-moves`. With
+//! `OPENING_VALUES=1` it also solves the position at PLAYER's first move of each game (the
+//! exact solver, however early) and counts, per side, the games PLAYER started won, drawn or
+//! lost with best play: how many games the random openings and the opponent's first moves
+//! decide before PLAYER's play counts.
 //!
 //! ```sh
 //! cargo run --release --example connect4_opponents -- PLAYER OPPONENT [GAMES] [OPENING]
@@ -19,6 +23,7 @@
 
 use std::collections::HashMap;
 
+use cumind::arena::connect_four::{exact_move_values, Board};
 use cumind::arena::move_check::{exact_values, SideCheck};
 use cumind::arena::{Opponent, OpponentSpec, Record};
 use rand::{Rng, SeedableRng};
@@ -43,8 +48,12 @@ fn main() {
         Default::default(),
     ];
     let mut memo = HashMap::new();
+    let opening_values = std::env::var("OPENING_VALUES").is_ok_and(|v| v == "1");
+    // Per side: games PLAYER started won, drawn, lost with best play.
+    let mut started = [[0usize; 3]; 2];
     for (player_index, (record, check)) in sides.iter_mut().enumerate() {
         for game in 0..games {
+            let mut first_move = true;
             let mut env = cumind::envs::make("ConnectFour").expect("Connect Four");
             let (mut observation, _) = env.reset(Some(game as u64));
             let mut ply = 0;
@@ -54,6 +63,15 @@ fn main() {
                     let legal = env.legal_actions();
                     legal[rng.random_range(0..legal.len())]
                 } else if mover == player_index {
+                    if std::mem::take(&mut first_move) && opening_values {
+                        let shape = env.observation_space().shape();
+                        let board = Board::from_observation(&observation, &shape)
+                            .expect("a Connect Four board");
+                        let values = exact_move_values(&board).expect("the solver answers");
+                        let best = values.iter().map(|v| v.1).fold(f32::MIN, f32::max);
+                        started[player_index]
+                            [usize::from(best >= 0.0) + usize::from(best > 0.0)] += 1;
+                    }
                     let action = player
                         .choose(env.as_ref(), &observation, &mut rng)
                         .unwrap_or_else(|e| panic!("{player_spec}: {e}"));
@@ -78,6 +96,15 @@ fn main() {
                         (true, false) => record.losses += 1,
                     }
                     check.game_over();
+                    eprintln!(
+                        "{} game {} of {games} over at {:.1}s: {} wins, {} draws, {} losses",
+                        ["first", "second"][player_index],
+                        game + 1,
+                        start.elapsed().as_secs_f64(),
+                        record.wins,
+                        record.draws,
+                        record.losses
+                    );
                     break;
                 }
             }
@@ -107,5 +134,12 @@ fn main() {
             c.threw_win,
             c.threw_draw
         );
+    }
+    if opening_values {
+        println!("| {player_spec} plays | started won | drawn | lost (exact, at its first move) |");
+        println!("|---|---:|---:|---:|");
+        for (name, [lost, drawn, won]) in ["first", "second"].iter().zip(started) {
+            println!("| {name} | {won} | {drawn} | {lost} |");
+        }
     }
 }

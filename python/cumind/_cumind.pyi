@@ -44,7 +44,7 @@ def connect_four_move(
     observation: the environment's observation, 126 values flat or ``[3][6][7]``: the mover's
     stones, the opponent's stones, the to-play plane; row 0 at the top.
     opponent: ``"random"``, ``"alphabeta:DEPTH"`` (the bitboard alpha-beta) or ``"perfect"``
-    (the exact solver, for positions with at most 24 empty cells).
+    (the exact solver, for positions with at most 36 empty cells).
     seed: seeds the choice among equally good moves; fresh entropy when None.
 
     Raises ValueError for an observation of another size, a full board or stones above an

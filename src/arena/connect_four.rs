@@ -3,8 +3,8 @@
 //! deepening (the previous depth's best move tried first, then the centre columns before the
 //! edges) and, at the horizon, a heuristic that counts threats (empty cells that would complete
 //! four) and open lines. From the opening, depth 8 answers in about 4 ms, depth 12 in about
-//! 40 ms; `perfect` searches to the end of the game and refuses positions with more than
-//! [`PERFECT_MAX_EMPTY`] empty cells.
+//! 40 ms. `perfect` and the exact values come from an exact solver (the `solver` module), which refuses
+//! positions with more than [`PERFECT_MAX_EMPTY`] empty cells.
 //!
 //! The board is two 64-bit masks with one 7-bit column after another (six cells and a guard
 //! bit), bit 0 the bottom of column 0: the stones of the player to move, and every stone.
@@ -15,6 +15,8 @@ use rand::Rng;
 
 use super::{search::pick_best, ArenaError};
 
+mod solver;
+
 const ROWS: usize = 6;
 const COLUMNS: usize = 7;
 /// Bits per column: the rows and a guard bit that keeps lines from wrapping.
@@ -23,10 +25,10 @@ const CELLS: usize = ROWS * COLUMNS;
 /// Columns in the order they are tried: centre first.
 const ORDER: [usize; COLUMNS] = [3, 2, 4, 1, 5, 0, 6];
 
-/// The most empty cells `perfect` solves: positions of play between alpha-beta searchers took
-/// up to 0.3 s per move with 24 empty cells and 2 s with 28 (one core), and the time grows
-/// about threefold with each further cell.
-pub const PERFECT_MAX_EMPTY: usize = 24;
+/// The most empty cells `perfect` solves (the exact solver): the exact values of
+/// all seven moves took 5.8 s in a position with 36 empty cells (one core), 10.4 s with 38 and
+/// 22.6 s with 39, and the time grows about twofold with each further cell.
+pub const PERFECT_MAX_EMPTY: usize = 36;
 
 const fn bottom(column: usize) -> u64 {
     1 << (column * STRIDE)
@@ -221,15 +223,12 @@ struct Entry {
 /// A search with its transposition table.
 pub struct Searcher {
     table: HashMap<u64, Entry>,
-    /// Whether the heuristic may stand in at the horizon (false: only the game's end counts).
-    exact: bool,
 }
 
 impl Searcher {
-    fn new(exact: bool) -> Self {
+    fn new() -> Self {
         Self {
             table: HashMap::new(),
-            exact,
         }
     }
 
@@ -243,7 +242,7 @@ impl Searcher {
             return win_value(empty - 1);
         }
         if depth == 0 {
-            return if self.exact { 0.0 } else { board.heuristic() };
+            return board.heuristic();
         }
         let key = board.key();
         let mut first = None;
@@ -340,23 +339,65 @@ impl Searcher {
 /// module's docs): wins score above 1 (sooner more), losses below -1, and the heuristic
 /// in between at the horizon.
 pub fn alphabeta_move_values(board: &Board, depth: usize) -> Vec<(usize, f32)> {
-    Searcher::new(false).move_values(board, depth, 1e-6)
+    Searcher::new().move_values(board, depth, 1e-6)
 }
 
 /// The exact value of every legal move for the player to move (wins above 1, sooner more;
-/// draws 0; losses below -1), searched to the end of the game; `None` with more than
-/// [`PERFECT_MAX_EMPTY`] empty cells.
+/// draws 0; losses below -1), from the exact solver; `None` with more than
+/// [`PERFECT_MAX_EMPTY`] empty cells. The best moves' values are exact; a worse move carries
+/// its result only: 0 for a draw, -1 for a loss (an upper bound of its value).
 pub fn exact_move_values(board: &Board) -> Option<Vec<(usize, f32)>> {
-    (board.empty_cells() <= PERFECT_MAX_EMPTY)
-        .then(|| Searcher::new(true).move_values(board, board.empty_cells(), 0.0))
+    if board.empty_cells() > PERFECT_MAX_EMPTY {
+        return None;
+    }
+    Some(solver::with_solver(|solver| {
+        let empty = board.empty_cells();
+        // Each move's result first (cheap: null windows around a draw), then the exact
+        // value of the best ones.
+        let results: Vec<(usize, i32)> = (0..COLUMNS)
+            .filter(|&c| board.can_play(c))
+            .map(|c| {
+                let result = if board.is_winning_move(c) {
+                    1
+                } else {
+                    -solver.outcome(&board.play(c))
+                };
+                (c, result)
+            })
+            .collect();
+        let best = results.iter().map(|r| r.1).max().unwrap_or(0);
+        results
+            .into_iter()
+            .map(|(c, result)| {
+                let value = if result < best {
+                    result as f32
+                } else if board.is_winning_move(c) {
+                    win_value(empty - 1)
+                } else if result == 0 {
+                    0.0
+                } else {
+                    let next = board.play(c);
+                    -solver::to_value(solver.score(&next), next.empty_cells())
+                };
+                (c, value)
+            })
+            .collect()
+    }))
+}
+
+/// The result of `board` for the player to move with best play on both sides: 1 a win, 0 a
+/// draw, -1 a loss. Cheaper than the exact values (no distance to the end) and answered for
+/// any position, but from the first moves slowly: about 50 s with 40 empty cells (one core),
+/// more before.
+pub fn exact_result(board: &Board) -> i32 {
+    solver::with_solver(|solver| solver.outcome(board))
 }
 
 /// The value of playing `column` on `board` for the player to move, `depth` plies deep (the
-/// move itself the first; `exact`: to the end of the game, no heuristic), whether or not the
-/// move is the best. In [`alphabeta_move_values`] and [`exact_move_values`] a move worse than
-/// the best may carry only a bound of its value: enough to choose a move, not to judge one.
-/// `None` when the column is full.
-fn move_value(board: &Board, column: usize, depth: usize, exact: bool) -> Option<f32> {
+/// move itself the first), whether or not the move is the best. In [`alphabeta_move_values`]
+/// a move worse than the best may carry only a bound of its value: enough to choose a move,
+/// not to judge one. `None` when the column is full.
+pub fn alphabeta_move_value(board: &Board, column: usize, depth: usize) -> Option<f32> {
     if column >= COLUMNS || !board.can_play(column) {
         return None;
     }
@@ -364,7 +405,7 @@ fn move_value(board: &Board, column: usize, depth: usize, exact: bool) -> Option
         return Some(win_value(board.empty_cells() - 1));
     }
     let next = board.play(column);
-    let mut searcher = Searcher::new(exact);
+    let mut searcher = Searcher::new();
     if depth <= 1 || next.empty_cells() == 0 {
         return Some(-searcher.negamax(&next, 0, -2.0, 2.0));
     }
@@ -378,21 +419,20 @@ fn move_value(board: &Board, column: usize, depth: usize, exact: bool) -> Option
     )
 }
 
-/// The value of playing `column` on `board`, as [`alphabeta_move_values`] scores moves
-/// (`depth` plies, the move the first) but exact at that depth for any move, not only the
-/// best; `None` when the column is full.
-pub fn alphabeta_move_value(board: &Board, column: usize, depth: usize) -> Option<f32> {
-    move_value(board, column, depth, false)
-}
-
-/// The exact value of playing `column` on `board`, as [`exact_move_values`] scores moves but
-/// exact for any move, not only the best; `None` when the column is full or `board` has more
-/// than [`PERFECT_MAX_EMPTY`] empty cells.
+/// The exact value of playing `column` on `board`, as [`exact_move_values`] scores the best
+/// moves, for any move; `None` when the column is full or `board` has more than
+/// [`PERFECT_MAX_EMPTY`] empty cells.
 pub fn exact_move_value(board: &Board, column: usize) -> Option<f32> {
-    if board.empty_cells() > PERFECT_MAX_EMPTY {
+    if board.empty_cells() > PERFECT_MAX_EMPTY || column >= COLUMNS || !board.can_play(column) {
         return None;
     }
-    move_value(board, column, board.empty_cells(), true)
+    if board.is_winning_move(column) {
+        return Some(win_value(board.empty_cells() - 1));
+    }
+    let next = board.play(column);
+    Some(solver::with_solver(|solver| {
+        -solver::to_value(solver.score(&next), next.empty_cells())
+    }))
 }
 
 /// The move `alphabeta:DEPTH` plays on `board`: uniformly among the moves whose values are
@@ -417,7 +457,7 @@ mod tests {
     use crate::testing::games::after_moves;
     use cumind_envs::{ConnectFour, Environment};
 
-    fn board(moves: &[usize]) -> Board {
+    pub(super) fn board(moves: &[usize]) -> Board {
         let (_, obs) = after_moves(ConnectFour::new(), moves);
         Board::from_observation(&obs, &[3, 6, 7]).unwrap()
     }
@@ -486,11 +526,12 @@ mod tests {
         assert!(values.iter().any(|v| v.1 > 1.0), "a forced win: {values:?}");
     }
 
-    /// The exact solver against the generic exhaustive one on a late position, and its
-    /// refusal of early ones.
+    /// The exact solver against the generic exhaustive one on late positions, and its
+    /// refusal of positions with more empty cells than it solves in time.
     #[test]
     fn the_exact_values_match_an_exhaustive_search_and_early_positions_are_refused() {
-        assert!(exact_move_values(&board(&[3])).is_none());
+        assert!(exact_move_values(&board(&[])).is_none());
+        assert!(exact_move_value(&board(&[]), 3).is_none());
         // Ours rank wins by how soon they come, and give moves worse than the best an
         // upper bound only; theirs are exact: +1, 0 or -1.
         let outcome = |v: f32| {

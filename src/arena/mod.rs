@@ -5,9 +5,9 @@
 //! - `random`: a uniformly random legal move;
 //! - `perfect`: an exact solver that picks uniformly among the optimal moves, so the games
 //!   vary: exhaustive negamax ([`search::exact_move_values`]) for small games such as
-//!   tic-tac-toe; on Connect Four the bitboard search to the end of the game
-//!   ([`connect_four::exact_move_values`]), for positions with at most
-//!   [`connect_four::PERFECT_MAX_EMPTY`] empty cells (an error before that);
+//!   tic-tac-toe; on Connect Four an exact bitboard solver ([`connect_four::exact_move_values`]:
+//!   null-window searches, threat-ordered moves, a table kept across moves), for positions
+//!   with at most [`connect_four::PERFECT_MAX_EMPTY`] empty cells (an error before that);
 //! - `alphabeta:DEPTH`: depth-limited alpha-beta, uniformly among equally good moves: on
 //!   Connect Four the bitboard searcher of [`connect_four`] (transposition table, iterative
 //!   deepening, centre-first ordering, a threat-counting heuristic); on other games the

@@ -1,6 +1,6 @@
 //! The agent's moves in a match checked against exact values, where a solver answers: every
-//! position of tic-tac-toe, and Connect Four positions with at most
-//! [`connect_four::PERFECT_MAX_EMPTY`] empty cells (the last stretch of a game).
+//! position of tic-tac-toe, and Connect Four positions with at most [`CHECK_MAX_EMPTY`] empty
+//! cells (the last stretch of a game).
 //!
 //! It splits a match's losses in two: games already lost (with best play) when the solver
 //! first sees an agent move, which were decided earlier by play the solver cannot judge, and
@@ -11,6 +11,11 @@ use std::collections::HashMap;
 use cumind_envs::Environment;
 
 use super::{connect_four, connect_four_board, search};
+
+/// The most empty cells of a Connect Four position whose moves are checked: the exact solver
+/// answers earlier positions too, but from the opening a move can take it seconds, and the
+/// check is meant to cost a match little.
+pub const CHECK_MAX_EMPTY: usize = 24;
 
 /// What the exact check found in one side's games, from the agent's point of view.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -53,8 +58,7 @@ impl Outcome {
 
 /// The exact values, for the player to move in `env` (current observation `observation`),
 /// of the best move and of `action`, where a solver answers: tic-tac-toe always (exhaustive,
-/// memoised in `memo`), Connect Four from [`connect_four::PERFECT_MAX_EMPTY`] empty cells
-/// (counted after the move); else `None`.
+/// memoised in `memo`), Connect Four from [`CHECK_MAX_EMPTY`] empty cells on; else `None`.
 pub fn exact_values(
     env: &dyn Environment,
     observation: &[f32],
@@ -68,6 +72,9 @@ pub fn exact_values(
             .fold(f32::NEG_INFINITY, f32::max)
     };
     if let Some(board) = connect_four_board(env, observation) {
+        if board.empty_cells() > CHECK_MAX_EMPTY {
+            return None;
+        }
         let played = connect_four::exact_move_value(&board, action)?;
         let values = connect_four::exact_move_values(&board)?;
         return Some((best(&values), played));

@@ -105,7 +105,7 @@ def connect_four_opponents():
     full_column = connect_four_observation([3] * 6)
     assert {move(full_column, "random", seed=s) for s in range(60)} == {0, 1, 2, 4, 5, 6}
     # What cannot be answered is refused with the reason.
-    expect_error(ValueError, lambda: move(win, "perfect"), "at most 24", "has 36")
+    expect_error(ValueError, lambda: move(block, "perfect"), "at most 36", "has 37")
     expect_error(ValueError, lambda: move(np.zeros(125), "random"), "126", "125")
     expect_error(ValueError, lambda: move(np.zeros((3, 6, 6)).tolist(), "random"), "126", "108")
     full = np.zeros((3, 6, 7), np.float32)

@@ -248,7 +248,7 @@ pub struct EvalArgs {
     #[arg(long, default_value = "cpu")]
     pub device: DeviceKind,
     /// Two-player games: play a match against random, perfect (an exact solver: tic-tac-toe,
-    /// or Connect Four from 24 empty cells), alphabeta:DEPTH or checkpoint:DIR, and print wins/draws/losses per side; or `all`:
+    /// or Connect Four from 36 empty cells), alphabeta:DEPTH or checkpoint:DIR, and print wins/draws/losses per side; or `all`:
     /// every opponent at once (each legal reply tried at every opponent turn, the agent's
     /// moves checked against exact values; small games such as tic-tac-toe).
     #[arg(long, value_name = "OPPONENT")]
