@@ -387,8 +387,8 @@ pub fn exact_move_values(board: &Board) -> Option<Vec<(usize, f32)>> {
 
 /// The result of `board` for the player to move with best play on both sides: 1 a win, 0 a
 /// draw, -1 a loss. Cheaper than the exact values (no distance to the end) and answered for
-/// any position, but from the first moves slowly: about 50 s with 40 empty cells (one core),
-/// more before.
+/// any position, but from the first moves slowly: a minute or more with 40 empty cells (one
+/// core), more before.
 pub fn exact_result(board: &Board) -> i32 {
     solver::with_solver(|solver| solver.outcome(board))
 }
