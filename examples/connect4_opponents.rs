@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 
-use cumind::arena::connect_four::{exact_move_values, Board};
+use cumind::arena::connect_four::{exact_result, Board};
 use cumind::arena::move_check::{exact_values, SideCheck};
 use cumind::arena::{Opponent, OpponentSpec, Record};
 use rand::{Rng, SeedableRng};
@@ -67,10 +67,7 @@ fn main() {
                         let shape = env.observation_space().shape();
                         let board = Board::from_observation(&observation, &shape)
                             .expect("a Connect Four board");
-                        let values = exact_move_values(&board).expect("the solver answers");
-                        let best = values.iter().map(|v| v.1).fold(f32::MIN, f32::max);
-                        started[player_index]
-                            [usize::from(best >= 0.0) + usize::from(best > 0.0)] += 1;
+                        started[player_index][(exact_result(&board) + 1) as usize] += 1;
                     }
                     let action = player
                         .choose(env.as_ref(), &observation, &mut rng)

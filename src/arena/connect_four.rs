@@ -102,11 +102,25 @@ impl Board {
 
     /// The position after the mover drops a stone into `column`, seen by the next mover.
     pub(super) fn play(&self, column: usize) -> Self {
-        let stones = self.stones | self.landing(column);
+        self.play_cell(self.landing(column))
+    }
+
+    /// The position after the mover drops a stone on `cell` (one of [`Board::playable`]).
+    fn play_cell(&self, cell: u64) -> Self {
         Self {
             mover: self.mover ^ self.stones,
-            stones,
+            stones: self.stones | cell,
         }
+    }
+
+    /// The cells a stone can be dropped on now, one per column that is not full.
+    fn playable(&self) -> u64 {
+        (self.stones + BOTTOM_ROW) & BOARD_MASK
+    }
+
+    /// Whether the mover has a move that completes four.
+    fn can_win_at_once(&self) -> bool {
+        threats(self.mover) & !self.stones & self.playable() != 0
     }
 
     /// A key unique to the position (the mover's stones plus every stone).
@@ -120,7 +134,7 @@ impl Board {
     fn heuristic(&self) -> f32 {
         let opponent = self.mover ^ self.stones;
         let empty = BOARD_MASK & !self.stones;
-        let playable = (self.stones + BOTTOM_ROW) & BOARD_MASK;
+        let playable = self.playable();
         let mine = threats(self.mover) & empty;
         let theirs = threats(opponent) & empty;
         let mut score = 4.0 * (mine.count_ones() as f32 - theirs.count_ones() as f32)
@@ -238,7 +252,7 @@ impl Searcher {
         if empty == 0 {
             return 0.0;
         }
-        if (0..COLUMNS).any(|c| board.can_play(c) && board.is_winning_move(c)) {
+        if board.can_win_at_once() {
             return win_value(empty - 1);
         }
         if depth == 0 {
@@ -351,7 +365,6 @@ pub fn exact_move_values(board: &Board) -> Option<Vec<(usize, f32)>> {
         return None;
     }
     Some(solver::with_solver(|solver| {
-        let empty = board.empty_cells();
         // Each move's result first (cheap: null windows around a draw), then the exact
         // value of the best ones.
         let results: Vec<(usize, i32)> = (0..COLUMNS)
@@ -371,13 +384,10 @@ pub fn exact_move_values(board: &Board) -> Option<Vec<(usize, f32)>> {
             .map(|(c, result)| {
                 let value = if result < best {
                     result as f32
-                } else if board.is_winning_move(c) {
-                    win_value(empty - 1)
                 } else if result == 0 {
                     0.0
                 } else {
-                    let next = board.play(c);
-                    -solver::to_value(solver.score(&next), next.empty_cells())
+                    solved_move_value(solver, board, c)
                 };
                 (c, value)
             })
@@ -426,13 +436,18 @@ pub fn exact_move_value(board: &Board, column: usize) -> Option<f32> {
     if board.empty_cells() > PERFECT_MAX_EMPTY || column >= COLUMNS || !board.can_play(column) {
         return None;
     }
+    Some(solver::with_solver(|solver| {
+        solved_move_value(solver, board, column)
+    }))
+}
+
+/// The exact value of the legal move `column` on `board`, as [`exact_move_value`] gives it.
+fn solved_move_value(solver: &mut solver::Solver, board: &Board, column: usize) -> f32 {
     if board.is_winning_move(column) {
-        return Some(win_value(board.empty_cells() - 1));
+        return win_value(board.empty_cells() - 1);
     }
     let next = board.play(column);
-    Some(solver::with_solver(|solver| {
-        -solver::to_value(solver.score(&next), next.empty_cells())
-    }))
+    -solver::to_value(solver.score(&next), next.empty_cells())
 }
 
 /// The move `alphabeta:DEPTH` plays on `board`: uniformly among the moves whose values are

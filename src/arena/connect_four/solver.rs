@@ -22,7 +22,7 @@
 
 use std::cell::RefCell;
 
-use super::{column_mask, threats, Board, BOARD_MASK, BOTTOM_ROW, ORDER};
+use super::{column_mask, threats, Board, BOARD_MASK, ORDER};
 
 /// Entries of the transposition table (a prime, so keys spread over it): 64 MiB.
 const TABLE_SIZE: usize = 8_388_593;
@@ -33,23 +33,6 @@ fn open_threats(stones: u64, every_stone: u64) -> u64 {
 }
 
 impl Board {
-    /// The cells a stone can be dropped on now, one per column that is not full.
-    fn playable(&self) -> u64 {
-        (self.stones + BOTTOM_ROW) & BOARD_MASK
-    }
-
-    /// The position after the mover drops a stone on `cell` (one of [`Board::playable`]).
-    fn play_cell(&self, cell: u64) -> Board {
-        Board {
-            mover: self.mover ^ self.stones,
-            stones: self.stones | cell,
-        }
-    }
-
-    fn can_win_at_once(&self) -> bool {
-        open_threats(self.mover, self.stones) & self.playable() != 0
-    }
-
     /// The playable cells that do not let the opponent win at its next stone: the one cell
     /// that blocks when the opponent threatens to win at once, none when it threatens twice,
     /// and never the cell just below one of the opponent's threats.
