@@ -361,10 +361,15 @@ pub fn alphabeta_move_values(board: &Board, depth: usize) -> Vec<(usize, f32)> {
 /// [`PERFECT_MAX_EMPTY`] empty cells. The best moves' values are exact; a worse move carries
 /// its result only: 0 for a draw, -1 for a loss (an upper bound of its value).
 pub fn exact_move_values(board: &Board) -> Option<Vec<(usize, f32)>> {
-    if board.empty_cells() > PERFECT_MAX_EMPTY {
-        return None;
-    }
-    Some(solver::with_solver(|solver| {
+    (board.empty_cells() <= PERFECT_MAX_EMPTY).then(|| solved_move_values(board))
+}
+
+/// [`exact_move_values`] for any position, however early: from the first moves slowly (all
+/// seven values took 22.6 s with 39 empty cells, one core, and each further empty cell about
+/// doubles the time). For studies of what perfect play reaches; the arena's `perfect` keeps
+/// to [`PERFECT_MAX_EMPTY`].
+pub fn solved_move_values(board: &Board) -> Vec<(usize, f32)> {
+    solver::with_solver(|solver| {
         // Each move's result first (cheap: null windows around a draw), then the exact
         // value of the best ones.
         let results: Vec<(usize, i32)> = (0..COLUMNS)
@@ -392,7 +397,7 @@ pub fn exact_move_values(board: &Board) -> Option<Vec<(usize, f32)>> {
                 (c, value)
             })
             .collect()
-    }))
+    })
 }
 
 /// The result of `board` for the player to move with best play on both sides: 1 a win, 0 a
