@@ -9,7 +9,8 @@
 //! The solver plays as `perfect` does (the soonest win, the latest loss, ties at random) but
 //! from any position, not only from [`PERFECT_MAX_EMPTY`] empty cells on, so it is slow: as
 //! second player a game took 1-4 minutes on one core (2026-12-07, a Zen 4 EPYC), most of it in
-//! the solver's first moves (39 and 37 empty cells); as first (40 empty cells) longer still.
+//! the solver's first moves (39 and 37 empty cells); as first, 12-16 minutes (the first
+//! move has 40 empty cells).
 //!
 //! ```sh
 //! cargo run --release --example connect4_ceiling -- alphabeta:4 second      # OPPONENT SIDE [PLAYS]
