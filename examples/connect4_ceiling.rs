@@ -6,15 +6,22 @@
 //! move (won, drawn or lost with best play on both sides). With `cumind eval --random-opening 2`
 //! every opening is equally likely, so these games weigh them as a match does.
 //!
-//! The solver plays as `perfect` does (the soonest win, the latest loss, ties at random) but
-//! from any position, not only from [`PERFECT_MAX_EMPTY`] empty cells on, so it is slow: as
-//! second player a game took 1-4 minutes on one core (2026-12-07, a Zen 4 EPYC), most of it in
-//! the solver's first moves (39 and 37 empty cells); as first, 12-16 minutes (the first
-//! move has 40 empty cells).
+//! The solver plays from any position, not only from [`PERFECT_MAX_EMPTY`] empty cells on: in a
+//! won position the first move found to keep the win, trying the columns in random order (it
+//! wins whichever it plays, so the result is the one of `perfect`'s soonest win, found without
+//! the exact distances); in a drawn one a random move that keeps the draw; in a lost one the
+//! latest loss, as `perfect` does. Still slow from the first moves: as second player a game
+//! takes minutes on one core, most of it in the solver's first moves (39 and 37 empty cells).
 //!
 //! ```sh
-//! cargo run --release --example connect4_ceiling -- alphabeta:4 second      # OPPONENT SIDE [PLAYS]
+//! cargo run --release --example connect4_ceiling -- alphabeta:4 second      # OPPONENT SIDE [PLAYS [GAME...]]
+//! cargo run --release --example connect4_ceiling -- alphabeta:4 second 2 05:1 23 # only these games
 //! ```
+//!
+//! GAME picks games instead of all 49 openings, written as the progress lines write them: `XY`
+//! for every play of the opening whose first stone went into column X and second into column Y,
+//! `XY:P` for play P of it alone. A game is seeded by its opening and play, so a run stopped
+//! early is finished by naming the games it did not print.
 //!
 //! Openings are played in parallel (one exact solver per thread, `RAYON_NUM_THREADS`), in a
 //! fixed shuffled order, each printed to stderr as it ends, so that a run stopped early has
@@ -22,7 +29,7 @@
 //!
 //! [`PERFECT_MAX_EMPTY`]: cumind::arena::connect_four::PERFECT_MAX_EMPTY
 
-use cumind::arena::connect_four::{solved_move_values, Board};
+use cumind::arena::connect_four::{exact_move_result, solved_move_values, Board};
 use cumind::arena::search::pick_best;
 use cumind::arena::{Opponent, OpponentSpec};
 use cumind::envs::{ConnectFour, Environment};
@@ -34,7 +41,7 @@ use rayon::prelude::*;
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() < 2 {
-        eprintln!("usage: connect4_ceiling OPPONENT first|second [PLAYS]");
+        eprintln!("usage: connect4_ceiling OPPONENT first|second [PLAYS [GAME...]]");
         std::process::exit(2);
     }
     let opponent_spec: OpponentSpec = args[0]
@@ -52,11 +59,26 @@ fn main() {
     let mut openings: Vec<(usize, usize)> =
         (0..7).flat_map(|a| (0..7).map(move |b| (a, b))).collect();
     openings.shuffle(&mut StdRng::seed_from_u64(49));
-    let games: Vec<(usize, usize)> = openings
+    let all: Vec<(usize, usize)> = openings
         .iter()
         .flat_map(|&o| (0..plays).map(move |p| (o, p)))
         .map(|((a, b), p)| (a * 7 + b, p))
         .collect();
+    let chosen: Vec<(usize, Option<usize>)> = args[3.min(args.len())..]
+        .iter()
+        .map(|s| parse_game(s, plays).unwrap_or_else(|e| panic!("GAME '{s}': {e}")))
+        .collect();
+    let games: Vec<(usize, usize)> = if chosen.is_empty() {
+        all
+    } else {
+        all.into_iter()
+            .filter(|&(o, p)| {
+                chosen
+                    .iter()
+                    .any(|&(co, cp)| co == o && cp.is_none_or(|cp| cp == p))
+            })
+            .collect()
+    };
     let results: Vec<Game> = games
         .par_iter()
         .map(|&(opening, play)| {
@@ -81,9 +103,15 @@ fn main() {
     }
     let total = results.len();
     let side_name = ["first", "second"][side];
+    let which = if chosen.is_empty() {
+        format!("{plays} games from each of the 49 two-ply openings")
+    } else {
+        let openings: std::collections::BTreeSet<usize> = games.iter().map(|g| g.0).collect();
+        format!("the chosen games of {} openings", openings.len())
+    };
     println!(
-        "the exact solver playing {side_name} against {opponent_spec}, {plays} games from each of \
-         the 49 two-ply openings ({total} games), in {:.0} s",
+        "the exact solver playing {side_name} against {opponent_spec}, {which} ({total} games), \
+         in {:.0} s",
         start.elapsed().as_secs_f64()
     );
     println!("| at the solver's first move | games | won | drawn | lost |");
@@ -114,6 +142,50 @@ struct Game {
     plies: usize,
 }
 
+/// The solver's move on `board` and the position's result with best play: a move that keeps a
+/// win or a draw, the first found in random order; in a lost position the latest loss.
+fn solver_move(board: &Board, rng: &mut StdRng) -> (i32, usize) {
+    let mut columns: Vec<usize> = (0..7).collect();
+    columns.shuffle(rng);
+    let mut draw = None;
+    for column in columns {
+        match exact_move_result(board, column) {
+            Some(1) => return (1, column),
+            Some(0) => {
+                draw.get_or_insert(column);
+            }
+            _ => {}
+        }
+    }
+    match draw {
+        Some(column) => (0, column),
+        None => (-1, pick_best(&solved_move_values(board), 0.0, rng)),
+    }
+}
+
+/// A GAME argument: `XY` (every play of an opening) or `XY:P` (one play), as (first column * 7 +
+/// second, play).
+fn parse_game(text: &str, plays: usize) -> Result<(usize, Option<usize>), String> {
+    let (opening, play) = match text.split_once(':') {
+        Some((o, p)) => (o, Some(p)),
+        None => (text, None),
+    };
+    let columns: Vec<usize> = opening
+        .chars()
+        .map(|c| c.to_digit(10).map(|d| d as usize).filter(|&d| d < 7))
+        .collect::<Option<_>>()
+        .filter(|c: &Vec<usize>| c.len() == 2)
+        .ok_or("an opening is two columns 0-6, as 05")?;
+    let play = match play {
+        None => None,
+        Some(p) => match p.parse::<usize>() {
+            Ok(p) if p < plays => Some(p),
+            _ => return Err(format!("the play after ':' must be below PLAYS ({plays})")),
+        },
+    };
+    Ok((columns[0] * 7 + columns[1], play))
+}
+
 fn word(result: i32) -> &'static str {
     ["lost", "drawn", "won"][(result + 1) as usize]
 }
@@ -137,16 +209,9 @@ fn play_one(opponent_spec: &OpponentSpec, side: usize, opening: usize, play: usi
         let action = if mover == side {
             let board =
                 Board::from_observation(&observation, &shape).expect("a Connect Four board");
-            let values = solved_move_values(&board);
-            let best = values.iter().map(|v| v.1).fold(f32::MIN, f32::max);
-            started.get_or_insert(if best > 0.5 {
-                1
-            } else if best < -0.5 {
-                -1
-            } else {
-                0
-            });
-            pick_best(&values, 0.0, &mut rng)
+            let (result, column) = solver_move(&board, &mut rng);
+            started.get_or_insert(result);
+            column
         } else {
             opponent
                 .choose(&env, &observation, &mut rng)

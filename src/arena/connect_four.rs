@@ -408,6 +408,20 @@ pub fn exact_result(board: &Board) -> i32 {
     solver::with_solver(|solver| solver.outcome(board))
 }
 
+/// The result with best play on both sides after the player to move plays `column` on `board`:
+/// 1 won, 0 drawn, -1 lost; `None` when the column is full. Like [`exact_result`], answered for
+/// any position and slowly from the first moves. A player that keeps a won position only needs
+/// one move whose result is 1: it wins whichever it plays.
+pub fn exact_move_result(board: &Board, column: usize) -> Option<i32> {
+    if column >= COLUMNS || !board.can_play(column) {
+        return None;
+    }
+    if board.is_winning_move(column) {
+        return Some(1);
+    }
+    Some(-exact_result(&board.play(column)))
+}
+
 /// The value of playing `column` on `board` for the player to move, `depth` plies deep (the
 /// move itself the first), whether or not the move is the best. In [`alphabeta_move_values`]
 /// a move worse than the best may carry only a bound of its value: enough to choose a move,

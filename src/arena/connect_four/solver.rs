@@ -243,7 +243,9 @@ impl Solver {
 #[cfg(test)]
 mod tests {
     use super::super::tests::board;
-    use super::super::{exact_move_value, exact_move_values, win_value, COLUMNS};
+    use super::super::{
+        exact_move_result, exact_move_value, exact_move_values, win_value, COLUMNS,
+    };
     use super::*;
 
     /// The exact score by plain negamax over every move, no pruning and no table.
@@ -340,6 +342,9 @@ mod tests {
         }
         for board in late_positions() {
             let values = exact_move_values(&board).expect("a late position");
+            let full = (0..COLUMNS).find(|&c| !board.can_play(c));
+            assert_eq!(full.and_then(|c| exact_move_result(&board, c)), None);
+            assert_eq!(exact_move_result(&board, COLUMNS), None);
             let best = values.iter().map(|v| v.1).fold(f32::MIN, f32::max);
             for (column, value) in values {
                 let expected = if board.is_winning_move(column) {
@@ -348,6 +353,12 @@ mod tests {
                     -exhaustive(&board.play(column))
                 };
                 let one = exact_move_value(&board, column).expect("a legal move");
+                let sign = (expected > 0.0) as i32 - (expected < 0.0) as i32;
+                assert_eq!(
+                    exact_move_result(&board, column),
+                    Some(sign),
+                    "column {column}"
+                );
                 assert!(
                     (one - expected).abs() < 1e-6,
                     "column {column}: {one} against {expected}"
