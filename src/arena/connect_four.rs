@@ -374,14 +374,7 @@ pub fn solved_move_values(board: &Board) -> Vec<(usize, f32)> {
         // value of the best ones.
         let results: Vec<(usize, i32)> = (0..COLUMNS)
             .filter(|&c| board.can_play(c))
-            .map(|c| {
-                let result = if board.is_winning_move(c) {
-                    1
-                } else {
-                    -solver.outcome(&board.play(c))
-                };
-                (c, result)
-            })
+            .map(|c| (c, solved_move_result(solver, board, c)))
             .collect();
         let best = results.iter().map(|r| r.1).max().unwrap_or(0);
         results
@@ -416,10 +409,18 @@ pub fn exact_move_result(board: &Board, column: usize) -> Option<i32> {
     if column >= COLUMNS || !board.can_play(column) {
         return None;
     }
+    Some(solver::with_solver(|solver| {
+        solved_move_result(solver, board, column)
+    }))
+}
+
+/// The result of playing the legal move `column` on `board`, for the player to move.
+fn solved_move_result(solver: &mut solver::Solver, board: &Board, column: usize) -> i32 {
     if board.is_winning_move(column) {
-        return Some(1);
+        1
+    } else {
+        -solver.outcome(&board.play(column))
     }
-    Some(-exact_result(&board.play(column)))
 }
 
 /// The value of playing `column` on `board` for the player to move, `depth` plies deep (the

@@ -340,6 +340,8 @@ mod tests {
                 .map(|c| -exhaustive(&board.play(c)))
                 .fold(f32::NEG_INFINITY, f32::max)
         }
+        // A value's result: 1 won, 0 drawn, -1 lost.
+        let result = |v: f32| (v > 0.0) as i32 - (v < 0.0) as i32;
         for board in late_positions() {
             let values = exact_move_values(&board).expect("a late position");
             let full = (0..COLUMNS).find(|&c| !board.can_play(c));
@@ -353,10 +355,9 @@ mod tests {
                     -exhaustive(&board.play(column))
                 };
                 let one = exact_move_value(&board, column).expect("a legal move");
-                let sign = (expected > 0.0) as i32 - (expected < 0.0) as i32;
                 assert_eq!(
                     exact_move_result(&board, column),
-                    Some(sign),
+                    Some(result(expected)),
                     "column {column}"
                 );
                 assert!(
@@ -370,7 +371,6 @@ mod tests {
                     );
                 } else {
                     // A worse move carries its result, an upper bound of its value.
-                    let result = |v: f32| (v > 0.0) as i32 - (v < 0.0) as i32;
                     assert_eq!(result(value), result(expected), "column {column}");
                     assert!(
                         value >= expected,
