@@ -82,6 +82,16 @@ pub fn search_config(config: &Config, env: &EnvInfo) -> SearchConfig {
     search
 }
 
+/// The search configuration of the evaluations during training: greedy play's, with
+/// `training.eval_simulations` in place of its simulations where that is set.
+pub fn training_evaluation_search_config(config: &Config, env: &EnvInfo) -> SearchConfig {
+    let mut search = search_config(config, env);
+    if config.training.eval_simulations > 0 {
+        search.num_simulations = config.training.eval_simulations;
+    }
+    search
+}
+
 /// The search configuration of self-play and reanalyse.
 pub fn self_play_search_config(config: &Config, env: &EnvInfo) -> SearchConfig {
     search_config_for(
@@ -241,6 +251,26 @@ mod tests {
         config.mcts.eval_simulations = 0;
         assert_eq!(search_config(&config, &env).num_simulations, 4);
         config.mcts.eval_simulations = 16;
+        assert_eq!(search_config(&config, &env).num_simulations, 16);
+        assert_eq!(self_play_search_config(&config, &env).num_simulations, 4);
+    }
+
+    #[test]
+    fn training_eval_simulations_set_the_evaluations_during_training_only() {
+        let mut config = Config::default_config();
+        let env = EnvInfo::of(&config).unwrap();
+        config.mcts.num_simulations = 4;
+        config.mcts.eval_simulations = 16;
+        config.training.eval_simulations = 0;
+        assert_eq!(
+            training_evaluation_search_config(&config, &env).num_simulations,
+            16
+        );
+        config.training.eval_simulations = 8;
+        assert_eq!(
+            training_evaluation_search_config(&config, &env).num_simulations,
+            8
+        );
         assert_eq!(search_config(&config, &env).num_simulations, 16);
         assert_eq!(self_play_search_config(&config, &env).num_simulations, 4);
     }

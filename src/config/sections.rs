@@ -197,6 +197,10 @@ pub struct TrainingConfig {
     pub eval_opponent: String,
     /// Plies played at random by both players at the start of each evaluation game.
     pub eval_opening_plies: usize,
+    /// Simulations of the evaluations during training (0: those of greedy play,
+    /// `mcts.eval_simulations`), so that a preset can play `eval` with a deep search and
+    /// still evaluate cheaply while it trains.
+    pub eval_simulations: usize,
     /// Stop early once an evaluation's mean return reaches this (0: never).
     pub stop_return: f64,
     /// Episodes of a confirming evaluation (0: none). When an evaluation reaches
@@ -231,8 +235,9 @@ pub struct MctsConfig {
     /// "learned" (MuZero: the dynamics network) or "exact" (AlphaZero: the search steps
     /// copies of the real game for the next state, the reward, the end and the legal moves).
     pub model: SearchModelKind,
-    /// Simulations of greedy play (evaluations, `eval`, `play`, the `Agent` with
-    /// `training = false`); 0: `num_simulations`, as self-play.
+    /// Simulations of greedy play (`eval`, `play`, the `Agent` with `training = false`, and
+    /// the evaluations during training unless `training.eval_simulations` is set); 0:
+    /// `num_simulations`, as self-play.
     pub eval_simulations: usize,
     /// Visit-count temperature: `[[progress, temperature], ...]`, progress in [0, 1] of the
     /// training budget, sorted; the last entry whose progress has been reached applies.

@@ -687,7 +687,7 @@ impl<'a> TrainingRun<'a> {
             self.learner.network(),
             &config.environment.spec(),
             episodes,
-            &components::search_config(config, &self.env),
+            &components::training_evaluation_search_config(config, &self.env),
             config
                 .other
                 .seed
