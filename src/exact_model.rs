@@ -18,8 +18,17 @@
 //! that leave the opponent a win at once get the illegal logit when other moves do not, and a
 //! position where every move does is valued at the discounted loss. A network that has not
 //! learned these one-move tactics then cannot hide them from a search too short to visit them.
+//!
+//! With symmetric evaluation (`mcts.symmetric_search` with the exact model), every position
+//! the network is asked about is also asked through each of the game's symmetries, in the same
+//! batch, and the answers are pooled: the value is the mean of the copies' values and the
+//! prior the mean of their move probabilities, each mapped back to the position's own moves.
+//! The network's view then no longer depends on which of two mirror images it is shown, at
+//! `1 + symmetries` times the network's cost (the tree and the game's copies are not
+//! repeated). It is the exact-rules counterpart of the learned model's symmetric search, which
+//! pools whole searches because a latent state has no mirror image.
 
-use cumind_envs::Environment;
+use cumind_envs::{Environment, Symmetry};
 use rand::Rng;
 
 use crate::model::{Model, ModelError, Prediction};
@@ -40,7 +49,17 @@ pub fn search_games<M: Model + ?Sized, R: Rng + ?Sized>(
         if search.decisive_moves {
             exact = exact.with_decisive_moves(search.discount);
         }
-        searcher.run(&mut exact, search, input, rng)
+        if search.symmetries.is_empty() {
+            searcher.run(&mut exact, search, input, rng)
+        } else {
+            // The symmetries act on the network's evaluations, not on whole searches.
+            exact = exact.with_symmetric_evaluation(search.symmetries.clone());
+            let plain = SearchConfig {
+                symmetries: Vec::new(),
+                ..search.clone()
+            };
+            searcher.run(&mut exact, &plain, input, rng)
+        }
     } else {
         searcher.run(model, search, input, rng)
     }
@@ -67,6 +86,8 @@ pub struct ExactModel<'a, M: Model + ?Sized> {
     decisive: Option<f32>,
     /// Whether the game had ended at each node of the last recurrent inference.
     ended: Vec<bool>,
+    /// The game's symmetries the network's evaluations are pooled over (empty: none).
+    symmetries: Vec<Symmetry>,
 }
 
 impl<'a, M: Model + ?Sized> ExactModel<'a, M> {
@@ -77,7 +98,39 @@ impl<'a, M: Model + ?Sized> ExactModel<'a, M> {
             nodes: Vec::new(),
             decisive: None,
             ended: Vec::new(),
+            symmetries: Vec::new(),
         }
+    }
+
+    /// Pool every evaluation of the network over these symmetries of the game (see the
+    /// module's docs).
+    pub fn with_symmetric_evaluation(mut self, symmetries: Vec<Symmetry>) -> Self {
+        self.symmetries = symmetries;
+        self
+    }
+
+    /// The network's prediction for `batch` positions (`observations`, flattened), pooled
+    /// over the symmetries when there are any.
+    fn evaluate(&mut self, observations: &[f32], batch: usize) -> Result<Prediction, ModelError> {
+        if self.symmetries.is_empty() {
+            return self.evaluator.initial_inference(observations, batch, 1);
+        }
+        let copies = 1 + self.symmetries.len();
+        let obs_len = observations.len() / batch;
+        let mut all = Vec::with_capacity(copies * observations.len());
+        all.extend_from_slice(observations);
+        for symmetry in &self.symmetries {
+            for position in observations.chunks_exact(obs_len) {
+                all.extend(symmetry.apply_to_observation(position));
+            }
+        }
+        let seen = self.evaluator.initial_inference(&all, copies * batch, 1)?;
+        Ok(pool_over_symmetries(
+            &seen,
+            &self.symmetries,
+            batch,
+            self.num_actions(),
+        ))
     }
 
     /// Look at every position in play one move ahead (see the module's docs), in a search
@@ -141,7 +194,7 @@ impl<M: Model + ?Sized> Model for ExactModel<'_, M> {
                 self.roots.len()
             )));
         }
-        let mut prediction = self.evaluator.initial_inference(observations, batch, 1)?;
+        let mut prediction = self.evaluate(observations, batch)?;
         let a = self.num_actions();
         self.nodes = self
             .roots
@@ -217,8 +270,7 @@ impl<M: Model + ?Sized> Model for ExactModel<'_, M> {
         let evaluated = if live.is_empty() {
             Prediction::default()
         } else {
-            self.evaluator
-                .initial_inference(&observations, live.len(), 1)?
+            self.evaluate(&observations, live.len())?
         };
         let mut prediction = Prediction {
             policy_logits: vec![0.0; batch * a],
@@ -248,6 +300,64 @@ impl<M: Model + ?Sized> Model for ExactModel<'_, M> {
 
     fn ended(&self) -> Option<&[bool]> {
         Some(&self.ended)
+    }
+}
+
+/// The predictions of `batch` positions from `seen`, the network's predictions of those
+/// positions followed by their images under each of `symmetries` in turn: per position the
+/// mean value and, as logits, the log of the mean move probabilities (an image's probability
+/// of move `symmetry.actions[a]` counted for move `a`). Rewards are the originals'.
+fn pool_over_symmetries(
+    seen: &Prediction,
+    symmetries: &[Symmetry],
+    batch: usize,
+    num_actions: usize,
+) -> Prediction {
+    let a = num_actions;
+    let copies = (1 + symmetries.len()) as f32;
+    let mut pooled = Prediction {
+        policy_logits: vec![0.0; batch * a],
+        values: vec![0.0; batch],
+        rewards: seen.rewards.iter().take(batch).copied().collect(),
+    };
+    let mut probabilities = vec![0f32; a];
+    for b in 0..batch {
+        let mut mean = vec![0f32; a];
+        let mut value = 0.0;
+        for c in 0..=symmetries.len() {
+            let i = c * batch + b;
+            softmax_into(&seen.policy_logits[i * a..(i + 1) * a], &mut probabilities);
+            for (action, p) in mean.iter_mut().enumerate() {
+                let image = if c == 0 {
+                    action
+                } else {
+                    symmetries[c - 1].actions[action]
+                };
+                *p += probabilities[image];
+            }
+            value += seen.values[i];
+        }
+        pooled.values[b] = value / copies;
+        for (logit, p) in pooled.policy_logits[b * a..(b + 1) * a]
+            .iter_mut()
+            .zip(&mean)
+        {
+            *logit = (p / copies).max(f32::MIN_POSITIVE).ln();
+        }
+    }
+    pooled
+}
+
+/// The softmax of `logits`, written into `out`.
+fn softmax_into(logits: &[f32], out: &mut [f32]) {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for (o, &l) in out.iter_mut().zip(logits) {
+        *o = (l - max).exp();
+        sum += *o;
+    }
+    for o in out.iter_mut() {
+        *o /= sum;
     }
 }
 
@@ -554,6 +664,152 @@ mod tests {
             true,
         );
         assert_eq!(chosen, vec![3, 3, 5]);
+    }
+
+    /// A network that prefers the right-hand moves and values a position by where its stones
+    /// lie, so that it judges a position and its mirror image differently.
+    struct Lopsided(usize);
+
+    impl Model for Lopsided {
+        fn num_actions(&self) -> usize {
+            self.0
+        }
+
+        fn initial_inference(
+            &mut self,
+            observations: &[f32],
+            batch: usize,
+            _capacity: usize,
+        ) -> Result<Prediction, ModelError> {
+            let obs_len = observations.len() / batch;
+            let a = self.0;
+            Ok(Prediction {
+                // Right-hand moves first, and the columns that hold stones.
+                policy_logits: observations
+                    .chunks_exact(obs_len)
+                    .flat_map(|o| {
+                        (0..a).map(move |column| {
+                            let stones: f32 = o.iter().skip(column).step_by(a).sum();
+                            column as f32 * 0.5 + stones
+                        })
+                    })
+                    .collect(),
+                values: observations
+                    .chunks_exact(obs_len)
+                    .map(|o| {
+                        // The stones of the first two planes (the players'), weighted by
+                        // their column (the observation is [plane, row, column], 6 x 7).
+                        let weighted: f32 = o
+                            .iter()
+                            .take(2 * 42)
+                            .enumerate()
+                            .map(|(i, x)| (i % 7) as f32 * x)
+                            .sum();
+                        (weighted / 7.0 - 1.0).tanh()
+                    })
+                    .collect(),
+                rewards: vec![0.0; batch],
+            })
+        }
+
+        fn recurrent_inference(
+            &mut self,
+            _parents: &[usize],
+            _actions: &[usize],
+            _new_node: usize,
+        ) -> Result<Prediction, ModelError> {
+            unreachable!("the exact-rules model asks for initial inferences only")
+        }
+    }
+
+    /// The priors and the value the exact-rules model gives a root and a child.
+    fn root_and_child(
+        env: &ConnectFour,
+        obs: &[f32],
+        column: usize,
+        symmetric: bool,
+    ) -> (Vec<f32>, f32, Vec<f32>, f32) {
+        let mut network = Lopsided(7);
+        let mut model = ExactModel::new(&mut network, &[env]);
+        if symmetric {
+            model = model.with_symmetric_evaluation(env.symmetries());
+        }
+        let root = model.initial_inference(obs, 1, 3).unwrap();
+        let child = model.recurrent_inference(&[0], &[column], 1).unwrap();
+        let prior = |logits: &[f32]| {
+            let mut p = vec![0.0; logits.len()];
+            softmax_into(logits, &mut p);
+            p
+        };
+        (
+            prior(&root.policy_logits),
+            root.values[0],
+            prior(&child.policy_logits),
+            child.values[0],
+        )
+    }
+
+    /// Pooled over the mirror, the network's view of a position and of its mirror image are
+    /// mirror images of each other (priors mirrored, values equal), at the root and inside the
+    /// tree; without it they are not. The pooled value is the mean of the two copies' values.
+    #[test]
+    fn symmetric_evaluation_judges_mirror_images_alike() {
+        // X on 0, O on 2; and the mirror image: X on 6, O on 4.
+        let (left, left_obs) = after_moves(ConnectFour::new(), &[0, 2]);
+        let (right, right_obs) = after_moves(ConnectFour::new(), &[6, 4]);
+        let mirrored = |p: &[f32]| -> Vec<f32> { p.iter().rev().copied().collect() };
+        let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-6);
+        // The child: the mover plays column 1 in the position, 5 in its mirror image.
+        let (lp, lv, lcp, lcv) = root_and_child(&left, &left_obs, 1, true);
+        let (rp, rv, rcp, rcv) = root_and_child(&right, &right_obs, 5, true);
+        assert!(close(&lp, &mirrored(&rp)), "{lp:?} vs {rp:?}");
+        assert!(close(&lcp, &mirrored(&rcp)), "{lcp:?} vs {rcp:?}");
+        assert!((lv - rv).abs() < 1e-6 && (lcv - rcv).abs() < 1e-6);
+        let mut network = Lopsided(7);
+        let both = network
+            .initial_inference(&[left_obs.clone(), right_obs.clone()].concat(), 2, 1)
+            .unwrap();
+        assert!((lv - (both.values[0] + both.values[1]) / 2.0).abs() < 1e-6);
+        // The plain model's views differ.
+        let (lp, lv, _, _) = root_and_child(&left, &left_obs, 1, false);
+        let (rp, rv, _, _) = root_and_child(&right, &right_obs, 5, false);
+        assert!(!close(&lp, &mirrored(&rp)) && (lv - rv).abs() > 1e-3);
+    }
+
+    /// The pooled prediction by hand: two positions, two moves, a symmetry that swaps them.
+    #[test]
+    fn pooling_averages_values_and_move_probabilities() {
+        let swap = Symmetry {
+            observation: vec![0],
+            negate: vec![false],
+            actions: vec![1, 0],
+        };
+        let ln = |p: f32| p.ln();
+        // Positions 0 and 1, then their images.
+        let seen = Prediction {
+            policy_logits: vec![
+                ln(0.8),
+                ln(0.2),
+                0.0,
+                0.0,
+                ln(0.4),
+                ln(0.6),
+                ln(0.1),
+                ln(0.9),
+            ],
+            values: vec![0.5, -0.2, 0.1, 0.4],
+            rewards: vec![0.0; 4],
+        };
+        let pooled = pool_over_symmetries(&seen, &[swap], 2, 2);
+        let probabilities: Vec<f32> = pooled.policy_logits.iter().map(|l| l.exp()).collect();
+        // Position 0: (0.8, 0.2) and the image's (0.6, 0.4) mapped back; position 1: (0.5,
+        // 0.5) and (0.9, 0.1).
+        let expected = [0.7, 0.3, 0.7, 0.3];
+        assert!(probabilities
+            .iter()
+            .zip(expected)
+            .all(|(p, e)| (p - e).abs() < 1e-6));
+        assert!((pooled.values[0] - 0.3).abs() < 1e-6 && (pooled.values[1] - 0.1).abs() < 1e-6);
     }
 
     /// Moves past the end of the game and illegal moves inside the tree: absorbing nodes

@@ -107,28 +107,36 @@ fn wrong_shapes_and_missing_checkpoints_are_clear_errors() {
 }
 
 /// An agent whose search steps the real game takes the games themselves: with an untrained
-/// network it still takes Connect Four's win in one and makes the only block; the
-/// observation-only form refuses it with an error that names the form to call.
+/// network it still takes Connect Four's win in one and makes the only block, with the
+/// network's evaluations pooled over the mirror or not; the observation-only form refuses it
+/// with an error that names the form to call.
 #[test]
 fn an_exact_rules_agent_plays_from_the_games_and_refuses_bare_observations() {
     use cumind::testing::games::after_moves;
     use cumind_envs::{ConnectFour, Environment};
-    let mut agent = agent_with(
-        "ConnectFour",
-        &[
-            "mcts.model=exact",
-            "mcts.num_simulations=200",
-            "mcts.search_policy=puct",
-        ],
-    );
     let position = |moves: &[usize]| after_moves(ConnectFour::new(), moves);
     let (win, win_obs) = position(&[0, 0, 1, 1, 2, 6]);
     let (block, block_obs) = position(&[0, 0, 1, 1, 2]);
     let games: [&dyn Environment; 2] = [&win, &block];
-    let chosen = agent
-        .select_actions_in_games(&games, &[&win_obs, &block_obs], false)
-        .unwrap();
-    assert_eq!(chosen, vec![3, 3]);
+    for symmetric in ["evaluation", "off"] {
+        let mut agent = agent_with(
+            "ConnectFour",
+            &[
+                "mcts.model=exact",
+                "mcts.num_simulations=200",
+                "mcts.search_policy=puct",
+                &format!("mcts.symmetric_search={symmetric}"),
+            ],
+        );
+        let chosen = agent
+            .select_actions_in_games(&games, &[&win_obs, &block_obs], false)
+            .unwrap();
+        assert_eq!(chosen, vec![3, 3], "{symmetric}");
+    }
+    let mut agent = agent_with(
+        "ConnectFour",
+        &["mcts.model=exact", "mcts.search_policy=puct"],
+    );
     let mask = win.legal_action_mask();
     let err = agent
         .select_actions_masked(&[&win_obs], &[&mask], false)

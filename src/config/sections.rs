@@ -230,7 +230,9 @@ pub struct MctsConfig {
     pub gumbel_noise_scale: f64,
     /// Search every root also through each of the environment's symmetries and pool the
     /// roots' statistics (an equivariant search at `1 + symmetries` times the cost; no effect
-    /// for environments without symmetries): "off", "evaluation" or "always".
+    /// for environments without symmetries): "off", "evaluation" or "always". With the exact
+    /// model, every network evaluation inside the search is pooled over the symmetries instead
+    /// (see `crate::exact_model`), at `1 + symmetries` times the network's cost.
     pub symmetric_search: SymmetricSearch,
     /// "learned" (MuZero: the dynamics network) or "exact" (AlphaZero: the search steps
     /// copies of the real game for the next state, the reward, the end and the legal moves).

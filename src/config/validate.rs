@@ -1,7 +1,7 @@
 //! Range and cross-key checks of a deserialised [`Config`]; errors name the key and what is
 //! allowed.
 
-use super::{invalid, Config, ConfigError, NetworkType, SearchModelKind, SymmetricSearch};
+use super::{invalid, Config, ConfigError, NetworkType, SearchModelKind};
 
 /// The most helper threads a search may keep awake (`device.search_helper_threads`).
 const MAX_SEARCH_HELPERS: usize = 64;
@@ -150,19 +150,11 @@ impl Config {
                 ));
             }
         }
-        if m.model == SearchModelKind::Exact {
-            if m.symmetric_search != SymmetricSearch::Off {
-                return Err(invalid(
-                    "mcts.symmetric_search",
-                    "must be \"off\" with mcts.model = \"exact\" (the exact-rules search steps each game as it is)",
-                ));
-            }
-            if self.training.reanalyse_fraction > 0.0 {
-                return Err(invalid(
-                    "training.reanalyse_fraction",
-                    "must be 0 with mcts.model = \"exact\" (reanalyse searches stored observations, which hold no game to step)",
-                ));
-            }
+        if m.model == SearchModelKind::Exact && self.training.reanalyse_fraction > 0.0 {
+            return Err(invalid(
+                "training.reanalyse_fraction",
+                "must be 0 with mcts.model = \"exact\" (reanalyse searches stored observations, which hold no game to step)",
+            ));
         }
         if m.temperature_schedule.is_empty() {
             return Err(invalid(
