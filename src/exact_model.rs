@@ -441,25 +441,33 @@ mod tests {
     use crate::search::{run_search, SearchConfig};
     use crate::testing::games::after_moves;
 
-    /// A network that knows nothing: uniform priors, every value 0.
-    struct Uniform(usize);
+    /// A network for the tests: `judge` gives one position's policy logits and value.
+    struct Judge {
+        actions: usize,
+        judge: fn(&[f32], usize) -> (Vec<f32>, f32),
+    }
 
-    impl Model for Uniform {
+    impl Model for Judge {
         fn num_actions(&self) -> usize {
-            self.0
+            self.actions
         }
 
         fn initial_inference(
             &mut self,
-            _observations: &[f32],
+            observations: &[f32],
             batch: usize,
             _capacity: usize,
         ) -> Result<Prediction, ModelError> {
-            Ok(Prediction {
-                policy_logits: vec![0.0; batch * self.0],
-                values: vec![0.0; batch],
+            let mut prediction = Prediction {
                 rewards: vec![0.0; batch],
-            })
+                ..Prediction::default()
+            };
+            for position in observations.chunks_exact(observations.len() / batch) {
+                let (logits, value) = (self.judge)(position, self.actions);
+                prediction.policy_logits.extend(logits);
+                prediction.values.push(value);
+            }
+            Ok(prediction)
         }
 
         fn recurrent_inference(
@@ -469,6 +477,14 @@ mod tests {
             _new_node: usize,
         ) -> Result<Prediction, ModelError> {
             unreachable!("the exact-rules model asks for initial inferences only")
+        }
+    }
+
+    /// A network that knows nothing: uniform priors, every value 0.
+    fn uniform(actions: usize) -> Judge {
+        Judge {
+            actions,
+            judge: |_, actions| (vec![0.0; actions], 0.0),
         }
     }
 
@@ -500,7 +516,7 @@ mod tests {
         solver: bool,
     ) -> (Vec<usize>, Vec<f32>) {
         let a = envs[0].legal_action_mask().len();
-        let mut network = Uniform(a);
+        let mut network = uniform(a);
         let mut model = ExactModel::new(&mut network, envs);
         if decisive {
             model = model.with_decisive_moves(1.0);
@@ -623,7 +639,7 @@ mod tests {
     #[test]
     fn decisive_moves_set_values_and_priors() {
         let (win, win_obs) = after_moves(ConnectFour::new(), &[0, 0, 1, 1, 2, 6]);
-        let mut network = Uniform(7);
+        let mut network = uniform(7);
         let mut model = ExactModel::new(&mut network, &[&win]).with_decisive_moves(0.9);
         let root = model.initial_inference(&win_obs, 1, 4).unwrap();
         assert_eq!(root.values, vec![1.0]);
@@ -666,59 +682,29 @@ mod tests {
         assert_eq!(chosen, vec![3, 3, 5]);
     }
 
-    /// A network that prefers the right-hand moves and values a position by where its stones
-    /// lie, so that it judges a position and its mirror image differently.
-    struct Lopsided(usize);
-
-    impl Model for Lopsided {
-        fn num_actions(&self) -> usize {
-            self.0
-        }
-
-        fn initial_inference(
-            &mut self,
-            observations: &[f32],
-            batch: usize,
-            _capacity: usize,
-        ) -> Result<Prediction, ModelError> {
-            let obs_len = observations.len() / batch;
-            let a = self.0;
-            Ok(Prediction {
-                // Right-hand moves first, and the columns that hold stones.
-                policy_logits: observations
-                    .chunks_exact(obs_len)
-                    .flat_map(|o| {
-                        (0..a).map(move |column| {
-                            let stones: f32 = o.iter().skip(column).step_by(a).sum();
-                            column as f32 * 0.5 + stones
-                        })
+    /// A Connect Four network that prefers the right-hand moves and the columns that hold
+    /// stones, and values a position by the columns its stones are in, so that it judges a
+    /// position and its mirror image differently.
+    fn lopsided() -> Judge {
+        Judge {
+            actions: 7,
+            judge: |position, actions| {
+                let logits = (0..actions)
+                    .map(|column| {
+                        let stones: f32 = position.iter().skip(column).step_by(actions).sum();
+                        column as f32 * 0.5 + stones
                     })
-                    .collect(),
-                values: observations
-                    .chunks_exact(obs_len)
-                    .map(|o| {
-                        // The stones of the first two planes (the players'), weighted by
-                        // their column (the observation is [plane, row, column], 6 x 7).
-                        let weighted: f32 = o
-                            .iter()
-                            .take(2 * 42)
-                            .enumerate()
-                            .map(|(i, x)| (i % 7) as f32 * x)
-                            .sum();
-                        (weighted / 7.0 - 1.0).tanh()
-                    })
-                    .collect(),
-                rewards: vec![0.0; batch],
-            })
-        }
-
-        fn recurrent_inference(
-            &mut self,
-            _parents: &[usize],
-            _actions: &[usize],
-            _new_node: usize,
-        ) -> Result<Prediction, ModelError> {
-            unreachable!("the exact-rules model asks for initial inferences only")
+                    .collect();
+                // The stones of the first two planes (the players'), weighted by their column
+                // (the observation is [plane, row, column], 6 x 7).
+                let weighted: f32 = position
+                    .iter()
+                    .take(2 * 42)
+                    .enumerate()
+                    .map(|(i, x)| (i % 7) as f32 * x)
+                    .sum();
+                (logits, (weighted / 7.0 - 1.0).tanh())
+            },
         }
     }
 
@@ -729,7 +715,7 @@ mod tests {
         column: usize,
         symmetric: bool,
     ) -> (Vec<f32>, f32, Vec<f32>, f32) {
-        let mut network = Lopsided(7);
+        let mut network = lopsided();
         let mut model = ExactModel::new(&mut network, &[env]);
         if symmetric {
             model = model.with_symmetric_evaluation(env.symmetries());
@@ -765,7 +751,7 @@ mod tests {
         assert!(close(&lp, &mirrored(&rp)), "{lp:?} vs {rp:?}");
         assert!(close(&lcp, &mirrored(&rcp)), "{lcp:?} vs {rcp:?}");
         assert!((lv - rv).abs() < 1e-6 && (lcv - rcv).abs() < 1e-6);
-        let mut network = Lopsided(7);
+        let mut network = lopsided();
         let both = network
             .initial_inference(&[left_obs.clone(), right_obs.clone()].concat(), 2, 1)
             .unwrap();
@@ -817,7 +803,7 @@ mod tests {
     #[test]
     fn ended_games_absorb_and_illegal_moves_lose() {
         let (env, obs) = after_moves(TicTacToe::new(), &[0, 4, 1, 8]);
-        let mut network = Uniform(9);
+        let mut network = uniform(9);
         let mut model = ExactModel::new(&mut network, &[&env]);
         let root = model.initial_inference(&obs, 1, 4).unwrap();
         // Occupied squares get the illegal logit at the root.
