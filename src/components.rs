@@ -2,7 +2,8 @@
 //! replay and learner configurations. Shared by training, evaluation and the library API.
 
 use crate::config::{
-    Config, NetworkType, SearchModelKind, SearchPolicyKind, SymmetricSearch, ValueTargetSource,
+    Config, InferenceDtype, NetworkType, SearchModelKind, SearchPolicyKind, SymmetricSearch,
+    ValueTargetSource,
 };
 use crate::network::NetworkSpec;
 use crate::replay::ReplayConfig;
@@ -133,6 +134,7 @@ fn search_config_for(config: &Config, env: &EnvInfo, symmetric: bool) -> SearchC
         decisive_moves: m.decisive_moves,
         solver: m.solver,
         helper_threads: config.device.search_helper_threads,
+        bf16_inference: m.inference_dtype == InferenceDtype::Bfloat16,
     }
 }
 
@@ -241,6 +243,16 @@ mod tests {
                 self_play
             );
         }
+    }
+
+    #[test]
+    fn inference_dtype_reaches_every_search() {
+        let mut config = Config::default_config();
+        let env = EnvInfo::of(&config).unwrap();
+        assert!(!search_config(&config, &env).bf16_inference);
+        config.mcts.inference_dtype = InferenceDtype::Bfloat16;
+        assert!(search_config(&config, &env).bf16_inference);
+        assert!(self_play_search_config(&config, &env).bf16_inference);
     }
 
     #[test]

@@ -301,6 +301,10 @@ impl<M: Model + ?Sized> Model for ExactModel<'_, M> {
     fn ended(&self) -> Option<&[bool]> {
         Some(&self.ended)
     }
+
+    fn set_bf16_inference(&mut self, on: bool) {
+        self.evaluator.set_bf16_inference(on)
+    }
 }
 
 /// The predictions of `batch` positions from `seen`, the network's predictions of those

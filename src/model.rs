@@ -80,6 +80,10 @@ pub trait Model {
     fn ended(&self) -> Option<&[bool]> {
         None
     }
+
+    /// Compute the network calls from here on in bf16 where this model can (a hint from the
+    /// search's configuration, `SearchConfig::bf16_inference`); the default ignores it.
+    fn set_bf16_inference(&mut self, _on: bool) {}
 }
 
 impl<M: Model + ?Sized> Model for Box<M> {
@@ -111,6 +115,10 @@ impl<M: Model + ?Sized> Model for Box<M> {
 
     fn ended(&self) -> Option<&[bool]> {
         (**self).ended()
+    }
+
+    fn set_bf16_inference(&mut self, on: bool) {
+        (**self).set_bf16_inference(on)
     }
 }
 
@@ -170,6 +178,10 @@ impl<M: Model> Model for Interruptible<'_, M> {
 
     fn ended(&self) -> Option<&[bool]> {
         self.inner.ended()
+    }
+
+    fn set_bf16_inference(&mut self, on: bool) {
+        self.inner.set_bf16_inference(on)
     }
 }
 

@@ -883,6 +883,7 @@ mod tests {
             decisive_moves: false,
             solver: false,
             helper_threads: 0,
+            bf16_inference: false,
         };
         let mut actor = Actor::new(&"TicTacToe".into(), 8, seed, 0)
             .unwrap()
@@ -926,6 +927,7 @@ mod tests {
             decisive_moves: false,
             solver: false,
             helper_threads: 0,
+            bf16_inference: false,
         };
         let mut actor = Actor::new(&"CartPole-v1".into(), 4, 9, segment_length)
             .unwrap()
@@ -1130,6 +1132,7 @@ mod tests {
             decisive_moves: false,
             solver: false,
             helper_threads: 0,
+            bf16_inference: false,
         };
         let on = |threads: usize| {
             rayon::ThreadPoolBuilder::new()

@@ -85,6 +85,7 @@ fn search_config(policy: SearchPolicy, simulations: usize) -> SearchConfig {
         decisive_moves: false,
         solver: false,
         helper_threads: 0,
+        bf16_inference: false,
     }
 }
 

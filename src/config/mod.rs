@@ -34,7 +34,7 @@ pub use layers::{
 };
 pub use sections::{
     parse_device, ActionDtype, DataTypesConfig, DeviceConfig, DeviceKind, EnvironmentConfig,
-    MctsConfig, MemoryConfig, ModelDtype, NetworkConfig, NetworkType, OtherConfig,
+    InferenceDtype, MctsConfig, MemoryConfig, ModelDtype, NetworkConfig, NetworkType, OtherConfig,
     ReanalyseNetwork, SearchModelKind, SearchPolicyKind, SelfPlayConfig, SymmetricSearch,
     TargetDtype, TrainingConfig, ValueTargetSource,
 };

@@ -83,6 +83,16 @@ pub enum ModelDtype {
     Float16,
 }
 
+/// `mcts.inference_dtype`: the compute dtype of the search's network calls on the CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InferenceDtype {
+    Float32,
+    /// The conv networks' 3 x 3 convolutions in bf16 with f32 sums, where the CPU has AVX-512
+    /// BF16; float32 elsewhere.
+    Bfloat16,
+}
+
 /// `data_types.action_dtype`: accepted for files of the Python CuMind; unused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -262,6 +272,16 @@ pub struct MctsConfig {
     /// back up proven values exactly (MCTS-Solver). For games whose returns lie in [-1, 1].
     #[serde(default)]
     pub solver: bool,
+    /// Compute dtype of the search's network calls on the CPU (self-play, the evaluations,
+    /// `eval`, `play`, the `Agent`): "float32", or "bfloat16" for a conv network's 3 x 3
+    /// convolutions on CPUs with AVX-512 BF16 (the input and the filters rounded to bf16, the
+    /// sums in f32; float32 on other CPUs and other networks). Training is not affected.
+    #[serde(default = "default_inference_dtype")]
+    pub inference_dtype: InferenceDtype,
+}
+
+fn default_inference_dtype() -> InferenceDtype {
+    InferenceDtype::Float32
 }
 
 /// "Environment".

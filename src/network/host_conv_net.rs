@@ -30,14 +30,15 @@ const SPLIT_BOARDS: usize = 4;
 
 /// The conv trunk `name` of `params` (`stem`: a first layer `{name}.input` + `{name}.norm`
 /// before the blocks) over `input` channels of `board` boards, with its parameters' names and
-/// lengths in the packed order; `training` keeps what a backward pass needs.
+/// lengths in the packed order; `training` keeps what a backward pass needs, `bf16` (for
+/// inference alone) convolves in bf16 where the CPU can ([`TrunkOnChunks::for_inference`]).
 pub(crate) fn load_trunk(
     params: &Weights,
     name: &str,
     (stem, blocks): (bool, usize),
     input: usize,
     board: (usize, usize),
-    training: bool,
+    (training, bf16): (bool, bool),
 ) -> Result<(TrunkOnChunks, Vec<(String, usize)>), NetworkError> {
     let mut layers: Vec<[String; 2]> = Vec::new();
     if stem {
@@ -79,7 +80,7 @@ pub(crate) fn load_trunk(
     let trunk = if training {
         TrunkOnChunks::new(shape, &packed)?
     } else {
-        TrunkOnChunks::for_inference(shape, &packed)?
+        TrunkOnChunks::for_inference(shape, &packed, bf16)?
     };
     Ok((trunk, names))
 }
@@ -233,6 +234,12 @@ impl HostConv {
 
     /// Read `network`'s weights (no candle op: straight from the parameters' storage).
     pub fn new(network: &MuZeroNetwork) -> Result<Self, NetworkError> {
+        Self::with_bf16(network, false)
+    }
+
+    /// [`Self::new`], with the trunks' convolutions in bf16 (the input and the filters
+    /// rounded, the sums in f32) where `bf16` and the CPU runs `direct_conv::bf16`'s kernel.
+    pub fn with_bf16(network: &MuZeroNetwork, bf16: bool) -> Result<Self, NetworkError> {
         if !Self::supports(network) {
             return Err(NetworkError::Candle(candle_core::Error::Msg(
                 "host conv inference needs a conv network without a value prefix, computing \
@@ -241,15 +248,15 @@ impl HostConv {
             )));
         }
         let tensors = network.params().tensors_by_name();
-        Self::load(network.spec(), &Weights(&tensors))
+        Self::load(network.spec(), &Weights(&tensors), bf16)
     }
 
-    fn load(spec: &NetworkSpec, params: &Weights) -> Result<Self, NetworkError> {
+    fn load(spec: &NetworkSpec, params: &Weights, bf16: bool) -> Result<Self, NetworkError> {
         let shape = &spec.observation_shape;
         let (c, board) = (shape[0], (shape[1], shape[2]));
         let (ch, blocks, a) = (spec.conv_channels, spec.num_blocks, spec.num_actions);
         let trunk = |name: &str, stem: bool, input: usize| {
-            load_trunk(params, name, (stem, blocks), input, board, false).map(|(t, _)| t)
+            load_trunk(params, name, (stem, blocks), input, board, (false, bf16)).map(|(t, _)| t)
         };
         let representation = trunk("representation.trunk", true, c)?;
         Ok(Self {
@@ -395,30 +402,17 @@ impl HostInference for HostConv {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::{Device, Tensor};
+    use candle_core::Tensor;
 
     /// A conv network over `shape` boards with 3 actions, `channels` channels and `blocks`
-    /// blocks, every parameter moved off its initial value (the zero-initialised heads too)
-    /// so that every layer matters.
+    /// blocks, every parameter moved off its initial value so that every layer matters.
     fn network(shape: [usize; 3], channels: usize, blocks: usize) -> MuZeroNetwork {
         let spec = NetworkSpec {
             num_blocks: blocks,
             conv_channels: channels,
             ..crate::testing::specs::tiny_spec(shape.to_vec(), 3)
         };
-        let net = MuZeroNetwork::new(spec.clone(), 5, &Device::Cpu, DType::F32).unwrap();
-        let tensors = net
-            .params()
-            .to_tensors()
-            .unwrap()
-            .into_iter()
-            .enumerate()
-            .map(|(i, (k, v))| {
-                let noise = (v.ones_like().unwrap() * (0.05 + 0.01 * (i % 7) as f64)).unwrap();
-                (k, (v + noise).unwrap())
-            })
-            .collect();
-        MuZeroNetwork::from_tensors(spec, tensors, &Device::Cpu, DType::F32).unwrap()
+        crate::testing::specs::perturbed_network(spec, 5)
     }
 
     fn close(a: &[f32], b: &[f32], what: &str) {
@@ -515,6 +509,50 @@ mod tests {
                 &values(&value),
                 &format!("{case}: next value"),
             );
+        }
+    }
+
+    /// In bf16 the host network gives what it gives in f32 to bf16's precision, initial and
+    /// recurrent calls, on trunks the direct kernel runs (16 and 32 channels); the results
+    /// differ from f32's where the CPU runs the bf16 kernel and are the same bits elsewhere.
+    #[test]
+    fn bf16_inference_is_f32_inference_to_bf16_precision() {
+        let bf16_runs = crate::network::direct_conv::bf16::runs_here();
+        for (shape, channels) in [([3, 5, 6], 16), ([3, 6, 7], 32)] {
+            let net = network(shape, channels, 2);
+            let (full, half) = (
+                HostConv::new(&net).unwrap(),
+                HostConv::with_bf16(&net, true).unwrap(),
+            );
+            let batch = 6;
+            let obs_len: usize = shape.iter().product();
+            let obs: Vec<f32> = (0..batch * obs_len)
+                .map(|i| f32::from(u8::from((i * 7 + i / 5) % 3 == 0)))
+                .collect();
+            let actions = [2, 0, 1, 2, 1, 0];
+            let run = |host: &HostConv| {
+                let (latents, out) = host.initial(&obs);
+                let step = host.recurrent(&latents, &actions).unwrap();
+                [
+                    latents,
+                    out.policy_logits,
+                    out.value_logits,
+                    step.latents,
+                    step.reward_logits,
+                    step.outputs.policy_logits,
+                    step.outputs.value_logits,
+                ]
+            };
+            let (want, got) = (run(&full), run(&half));
+            for (w, g) in want.iter().zip(&got) {
+                for (a, b) in g.iter().zip(w) {
+                    assert!(
+                        (a - b).abs() <= 0.05 * (1.0 + b.abs()),
+                        "{channels} channels: bf16 {a} against f32 {b}"
+                    );
+                }
+            }
+            assert_eq!(want != got, bf16_runs, "{channels} channels");
         }
     }
 

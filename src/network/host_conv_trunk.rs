@@ -165,6 +165,9 @@ struct LayerParams {
     gamma: Vec<f32>,
     beta: Vec<f32>,
     taps: Option<Vec<f32>>,
+    /// The forward taps in bf16 pairs (`direct_conv::bf16`), in a trunk for inference in
+    /// bf16 on a CPU that runs that kernel; the f32 `taps` are then left out.
+    bf16_taps: Option<Vec<u32>>,
     adjoint_taps: Option<Vec<f32>>,
 }
 
@@ -175,7 +178,8 @@ enum Pass {
     Backward,
 }
 
-fn unpack(shape: &TrunkShape, packed: &[f32], pass: Pass) -> Vec<LayerParams> {
+/// `bf16`: the forward pass's convolutions in bf16 where the CPU runs the kernel.
+fn unpack(shape: &TrunkShape, packed: &[f32], pass: Pass, bf16: bool) -> Vec<LayerParams> {
     let mut at = 0;
     let mut take = |n: usize| {
         let s = &packed[at..at + n];
@@ -190,8 +194,10 @@ fn unpack(shape: &TrunkShape, packed: &[f32], pass: Pass) -> Vec<LayerParams> {
             let bias = take(o).to_vec();
             let gamma = take(o).to_vec();
             let beta = take(o).to_vec();
-            let taps = (pass == Pass::Forward && direct_conv::supported(o))
-                .then(|| direct_conv::taps_from_rows(&filters, o, c, k));
+            let direct = pass == Pass::Forward && direct_conv::supported(o);
+            let in_bf16 = direct && bf16 && direct_conv::bf16::runs_here();
+            let taps = (direct && !in_bf16).then(|| direct_conv::taps_from_rows(&filters, o, c, k));
+            let bf16_taps = in_bf16.then(|| direct_conv::bf16::taps_from_rows(&filters, o, c, k));
             let adjoint_taps = (pass == Pass::Backward
                 && direct_conv::supported(direct_conv::padded_channels(c)))
             .then(|| direct_conv::adjoint_taps_from_rows(&filters, o, c, k));
@@ -201,6 +207,7 @@ fn unpack(shape: &TrunkShape, packed: &[f32], pass: Pass) -> Vec<LayerParams> {
                 gamma,
                 beta,
                 taps,
+                bf16_taps,
                 adjoint_taps,
             }
         })
@@ -354,7 +361,12 @@ fn layer_forward(
     let o = shape.channels;
     let row_len = shape.kernel * shape.kernel * c;
     let rows = out.len() / o;
-    if let Some(taps) = &params.taps {
+    if let Some(taps) = &params.bf16_taps {
+        let direct = shape.direct(rows / shape.positions(), c, o);
+        let padded = direct_conv::bf16::words(&mut cols[..direct_conv::bf16::padded_len(&direct)]);
+        direct_conv::bf16::pad(&direct, input, padded);
+        direct_conv::bf16::conv(&direct, padded, taps, Some(&params.bias), out);
+    } else if let Some(taps) = &params.taps {
         let direct = shape.direct(rows / shape.positions(), c, o);
         let padded = &mut cols[..direct.padded_len()];
         direct_conv::pad(&direct, input, padded);
@@ -768,13 +780,19 @@ impl TrunkOnChunks {
     /// The trunk of `shape` with `packed` parameters: per layer, in order, the filters
     /// `[channels, in, k, k]`, the bias, the norm's scale and its shift.
     pub fn new(shape: TrunkShape, packed: &[f32]) -> candle_core::Result<Self> {
-        let mut trunk = Self::for_inference(shape, packed)?;
-        trunk.backward = Some(unpack(&shape, packed, Pass::Backward));
+        let mut trunk = Self::for_inference(shape, packed, false)?;
+        trunk.backward = Some(unpack(&shape, packed, Pass::Backward, false));
         Ok(trunk)
     }
 
-    /// [`Self::new`] for forward passes alone: [`Self::backward`] must not be called.
-    pub fn for_inference(shape: TrunkShape, packed: &[f32]) -> candle_core::Result<Self> {
+    /// [`Self::new`] for forward passes alone: [`Self::backward`] must not be called. `bf16`:
+    /// the convolutions in bf16 with f32 sums where the CPU runs `direct_conv::bf16`'s
+    /// kernel (else in f32).
+    pub fn for_inference(
+        shape: TrunkShape,
+        packed: &[f32],
+        bf16: bool,
+    ) -> candle_core::Result<Self> {
         if packed.len() != shape.param_len() || shape.kernel.is_multiple_of(2) {
             candle_core::bail!(
                 "host conv trunk: {} parameter values for {shape:?} (needs {}, an odd kernel)",
@@ -792,7 +810,7 @@ impl TrunkOnChunks {
                 input_grad: true,
                 saved: Mutex::new(None),
             },
-            forward: unpack(&shape, packed, Pass::Forward),
+            forward: unpack(&shape, packed, Pass::Forward, bf16),
             backward: None,
         })
     }
@@ -897,7 +915,7 @@ impl CustomOp2 for HostTrunk {
             );
         }
         let b = x.len() / board;
-        let layers = unpack(shape, &packed, Pass::Forward);
+        let layers = unpack(shape, &packed, Pass::Forward, false);
         let per_chunk = shape.samples_per_chunk();
         let out_board = shape.channels * hw;
         let mut out = vec![0f32; b * out_board];
@@ -943,7 +961,7 @@ impl CustomOp2 for HostTrunk {
         let Storage::Cpu(pcpu) = &*ps else {
             candle_core::bail!("host conv trunk: parameters off the CPU");
         };
-        let layers = unpack(shape, &widened(pcpu, pl)?, Pass::Backward);
+        let layers = unpack(shape, &widened(pcpu, pl)?, Pass::Backward, false);
         let hw = shape.positions();
         let per_chunk = shape.samples_per_chunk();
         let (board, out_board) = (shape.input * hw, shape.channels * hw);

@@ -64,9 +64,11 @@ impl HostNetwork {
         HostMlp::supports(network) || HostConv::supports(network)
     }
 
-    fn new(network: &MuZeroNetwork) -> Result<Self, NetworkError> {
+    /// `bf16`: the conv network's convolutions in bf16 where the CPU can
+    /// ([`HostConv::with_bf16`]).
+    fn new(network: &MuZeroNetwork, bf16: bool) -> Result<Self, NetworkError> {
         if HostConv::supports(network) {
-            Ok(Self::Conv(HostConv::new(network)?))
+            Ok(Self::Conv(HostConv::with_bf16(network, bf16)?))
         } else {
             Ok(Self::Mlp(HostMlp::new(network)?))
         }
@@ -110,6 +112,8 @@ pub struct SearchModel<'a> {
     capacity: usize,
     /// A fork: one half of a split search, so its host calls do not split again.
     forked: bool,
+    /// Host conv calls in bf16 where the CPU can ([`Model::set_bf16_inference`]).
+    bf16: bool,
     /// Capture the recurrent inference as a CUDA graph on a CUDA device (see
     /// [`Self::with_cuda_graphs`]).
     cuda_graphs: bool,
@@ -143,6 +147,7 @@ impl<'a> SearchModel<'a> {
             batch: 0,
             capacity: 0,
             forked: false,
+            bf16: false,
             cuda_graphs: false,
             #[cfg(feature = "cuda")]
             graph: None,
@@ -328,10 +333,19 @@ impl Model for SearchModel<'_> {
     /// same for 128 trees as for 256, so two halves side by side made twice the calls, and a
     /// 50-simulation search of 256 CartPole roots took 9.9 ms against 6.5 ms whole (one H200,
     /// docs/benchmarks.md).
+    fn set_bf16_inference(&mut self, on: bool) {
+        if on != self.bf16 {
+            // The host copy is made in the precision asked for at its first call.
+            self.host = None;
+            self.bf16 = on;
+        }
+    }
+
     fn fork(&self) -> Option<Box<dyn Model + Send + '_>> {
         self.on_host.then(|| {
             Box::new(SearchModel {
                 forked: true,
+                bf16: self.bf16,
                 ..SearchModel::new(self.network)
             }) as Box<dyn Model + Send + '_>
         })
@@ -355,8 +369,8 @@ impl Model for SearchModel<'_> {
         if self.on_host {
             let host = match self.host.take() {
                 Some((host, _)) => host,
-                None if self.forked => HostNetwork::new(self.network)?.serial(),
-                None => HostNetwork::new(self.network)?,
+                None if self.forked => HostNetwork::new(self.network, self.bf16)?.serial(),
+                None => HostNetwork::new(self.network, self.bf16)?,
             };
             let (latent, out) = host.calls().initial(observations);
             let mut latents = vec![0f32; capacity.max(1) * latent.len()];
@@ -548,7 +562,41 @@ mod tests {
             decisive_moves: false,
             solver: false,
             helper_threads: 0,
+            bf16_inference: false,
         }
+    }
+
+    /// `SearchConfig::bf16_inference` reaches the host conv network: the latent states a
+    /// conv network's search stores in bf16 are those of f32 to bf16's precision, and differ
+    /// from them on a CPU that runs the bf16 kernel (elsewhere they are the same bits).
+    #[test]
+    fn bf16_inference_reaches_the_host_conv_network() {
+        let spec = NetworkSpec {
+            conv_channels: 16,
+            num_blocks: 1,
+            ..spec(vec![2, 4, 5])
+        };
+        let net = crate::testing::specs::perturbed_network(spec, 1);
+        let batch = 3;
+        let obs: Vec<f32> = (0..batch * 40).map(|i| (i as f32 * 0.37).sin()).collect();
+        let masks = vec![true; batch * 3];
+        let latents = |bf16: bool| {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+            let config = SearchConfig {
+                bf16_inference: bf16,
+                ..search(SearchPolicy::Puct)
+            };
+            let mut model = SearchModel::new(&net);
+            run_search(&mut model, &config, &obs, batch, &masks, false, &mut rng).unwrap();
+            assert_eq!(model.bf16, bf16);
+            model.host.take().unwrap().1
+        };
+        let (full, half) = (latents(false), latents(true));
+        assert!(full.iter().any(|&v| v != 0.0));
+        for (a, b) in half.iter().zip(&full) {
+            assert!((a - b).abs() <= 0.05 * (1.0 + b.abs()), "{a} against {b}");
+        }
+        assert_eq!(half != full, crate::network::direct_conv::bf16::runs_here());
     }
 
     /// The host path searches like the tensor path: the same root values (to rounding) and

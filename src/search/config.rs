@@ -122,6 +122,11 @@ pub struct SearchConfig {
     /// for the length of each search. The result does not depend on it.
     #[serde(default)]
     pub helper_threads: usize,
+    /// Ask the model for its network calls in bf16 where it can
+    /// ([`crate::model::Model::set_bf16_inference`]; `mcts.inference_dtype`). The search
+    /// itself computes nothing in bf16.
+    #[serde(default)]
+    pub bf16_inference: bool,
 }
 
 impl Default for SearchConfig {
@@ -143,6 +148,7 @@ impl Default for SearchConfig {
             decisive_moves: false,
             solver: false,
             helper_threads: 0,
+            bf16_inference: false,
         }
     }
 }

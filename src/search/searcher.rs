@@ -137,6 +137,7 @@ impl Searcher {
             });
         }
 
+        model.set_bf16_inference(config.bf16_inference);
         if !config.symmetries.is_empty() {
             return self.run_symmetric(model, config, input, num_actions, rng);
         }

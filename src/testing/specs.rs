@@ -1,6 +1,8 @@
 //! Tiny network specs for fast network, loss, learner and checkpoint tests.
 
-use crate::network::NetworkSpec;
+use candle_core::{DType, Device};
+
+use crate::network::{MuZeroNetwork, NetworkSpec};
 use crate::support::Support;
 
 /// A small network for `observation_shape` and `num_actions`: hidden width 16, latent 8, one
@@ -25,4 +27,22 @@ pub fn tiny_spec(observation_shape: Vec<usize>, num_actions: usize) -> NetworkSp
         value_prefix_dim: 0,
         value_prefix_horizon: 0,
     }
+}
+
+/// A network of `spec` on the CPU in f32 (seed `seed`) with every parameter moved off its
+/// initial value (the zero-initialised heads too), so that every layer matters.
+pub fn perturbed_network(spec: NetworkSpec, seed: u64) -> MuZeroNetwork {
+    let net = MuZeroNetwork::new(spec.clone(), seed, &Device::Cpu, DType::F32).unwrap();
+    let tensors = net
+        .params()
+        .to_tensors()
+        .unwrap()
+        .into_iter()
+        .enumerate()
+        .map(|(i, (k, v))| {
+            let noise = (v.ones_like().unwrap() * (0.05 + 0.01 * (i % 7) as f64)).unwrap();
+            (k, (v + noise).unwrap())
+        })
+        .collect();
+    MuZeroNetwork::from_tensors(spec, tensors, &Device::Cpu, DType::F32).unwrap()
 }

@@ -156,7 +156,7 @@ impl Trunk {
         input: usize,
         board: (usize, usize),
     ) -> Result<Self, NetworkError> {
-        let (plan, names) = load_trunk(params, name, (stem, blocks), input, board, true)?;
+        let (plan, names) = load_trunk(params, name, (stem, blocks), input, board, (true, false))?;
         Ok(Self {
             grads: vec![0.0; plan.param_len()],
             plan: Arc::new(plan),

@@ -95,3 +95,54 @@ unsafe fn block_of<const NB: usize, const V: usize>(a: &Block) {
         }
     }
 }
+
+/// [`block`] in bf16: the input and the taps hold pairs of bf16 channels (`super::bf16`), and
+/// each `vdpbf16ps` adds two channels' products to the f32 accumulators.
+///
+/// # Safety
+/// AVX-512F and AVX-512 BF16 must be present; `a`'s pointers must cover the block
+/// (`super::conv_boards`).
+pub(super) unsafe fn block_bf16(nb: usize, a: &Block<u32>) {
+    dispatch_table!(block_bf16_of, nb, a.o / 16, a;
+        1 => [1 2 3 4 5 6 7 8 9 10 11 12],
+        2 => [1 2 3 4 5 6 7 8 9 10 11 12],
+        3 => [1 2 3 4 5 6 7 8],
+        4 => [1 2 3 4 5 6])
+}
+
+/// `NB` neighbouring positions of one row, `16 V` output channels, in registers; two input
+/// channels per step.
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn block_bf16_of<const NB: usize, const V: usize>(a: &Block<u32>) {
+    let o = 16 * V;
+    let mut acc = [[_mm512_setzero_ps(); V]; NB];
+    for row in acc.iter_mut() {
+        for (v, r) in row.iter_mut().enumerate() {
+            *r = _mm512_loadu_ps(a.init.add(16 * v));
+        }
+    }
+    for ky in 0..a.k {
+        for kx in 0..a.k {
+            let src = a.src.add(ky * a.row_stride + kx * a.c);
+            let taps = a.taps.add((ky * a.k + kx) * a.c * o);
+            for pair in 0..a.c {
+                let mut t = [_mm512_setzero_si512(); V];
+                for (v, tv) in t.iter_mut().enumerate() {
+                    *tv = _mm512_loadu_si512(taps.add(pair * o + 16 * v).cast());
+                }
+                for (j, row) in acc.iter_mut().enumerate() {
+                    let x: __m512bh =
+                        std::mem::transmute(_mm512_set1_epi32(*src.add(j * a.c + pair) as i32));
+                    for (r, tv) in row.iter_mut().zip(&t) {
+                        *r = _mm512_dpbf16_ps(*r, x, std::mem::transmute::<__m512i, __m512bh>(*tv));
+                    }
+                }
+            }
+        }
+    }
+    for (j, row) in acc.iter().enumerate() {
+        for (v, r) in row.iter().enumerate() {
+            _mm512_storeu_ps(a.dst.add(j * o + 16 * v), *r);
+        }
+    }
+}

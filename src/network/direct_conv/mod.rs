@@ -14,12 +14,14 @@
 //! output-channel count that is a multiple of 16, at most 64; [`supported`] says whether a
 //! kernel runs, and the callers keep the unfold-and-multiply path for everything else. The
 //! adjoint taps turn the same kernel into the input's gradient (a convolution of the output's
-//! gradient with the flipped filters).
+//! gradient with the flipped filters). For inference, `bf16.rs` runs the forward convolution
+//! in bf16 with f32 sums on CPUs with AVX-512 BF16 (`mcts.inference_dtype`).
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+pub(super) mod bf16;
 
 /// The vector instructions a build of the kernels uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -238,7 +240,7 @@ fn conv_on(
             Isa::Avx512 => avx512::block,
             Isa::Avx2 => avx2::block,
         };
-        conv_boards(s, padded, taps, bias, out, isa.max_block(s.o), kernel);
+        conv_boards(s, s.c, padded, taps, bias, out, isa.max_block(s.o), kernel);
     }
 }
 
@@ -281,15 +283,17 @@ macro_rules! dispatch_table {
 use dispatch_table;
 
 /// One block of the convolution: `NB` neighbouring positions of a row, every output channel.
+/// `T` is the input's and the taps' element: f32, or a pair of bf16 channels (`u32`, see
+/// [`bf16`]), and `c` counts those per position.
 #[cfg(target_arch = "x86_64")]
-struct Block {
+struct Block<T = f32> {
     /// The bordered input at the block's top-left tap.
-    src: *const f32,
+    src: *const T,
     row_stride: usize,
     c: usize,
     k: usize,
     o: usize,
-    taps: *const f32,
+    taps: *const T,
     /// The accumulators' start: the bias, or zeros.
     init: *const f32,
     dst: *mut f32,
@@ -312,24 +316,27 @@ struct TapBlock {
 }
 
 /// Every board and row of the convolution, in blocks of at most `max_nb` positions of even
-/// size along each row, each handed to `kernel(positions, block)`.
+/// size along each row, each handed to `kernel(positions, block)`; `units` elements of `T`
+/// per position of the input.
 ///
 /// # Safety
 /// `kernel`'s instructions must run on this CPU; the buffers must hold the lengths
-/// [`conv_on`] asserts.
+/// [`conv_on`] (or `bf16::conv`) asserts.
 #[cfg(target_arch = "x86_64")]
-unsafe fn conv_boards(
+#[allow(clippy::too_many_arguments)]
+unsafe fn conv_boards<T>(
     s: &DirectShape,
-    padded: &[f32],
-    taps: &[f32],
+    units: usize,
+    padded: &[T],
+    taps: &[T],
     bias: Option<&[f32]>,
     out: &mut [f32],
     max_nb: usize,
-    kernel: unsafe fn(usize, &Block),
+    kernel: unsafe fn(usize, &Block<T>),
 ) {
     let p = s.k / 2;
     let (pw, ph) = (s.w + 2 * p, s.h + 2 * p);
-    let row_stride = pw * s.c;
+    let row_stride = pw * units;
     let blocks = s.w.div_ceil(max_nb);
     let (base, extra) = (s.w / blocks, s.w % blocks);
     let zeros = [0f32; 64];
@@ -342,9 +349,9 @@ unsafe fn conv_boards(
                 // The block's top-left tap: padded row y, column x0 (the border shifts both
                 // by p, which the taps' offsets undo).
                 let args = Block {
-                    src: padded.as_ptr().add((b * ph + y) * row_stride + x0 * s.c),
+                    src: padded.as_ptr().add((b * ph + y) * row_stride + x0 * units),
                     row_stride,
-                    c: s.c,
+                    c: units,
                     k: s.k,
                     o: s.o,
                     taps: taps.as_ptr(),
