@@ -279,6 +279,7 @@ pub fn measure(config: &Config, plan: &BenchmarkPlan) -> Result<BenchmarkReport,
             let graphs = config.device.cuda_graphs;
             let search_recurrent = {
                 let mut model = SearchModel::new(&network).with_cuda_graphs(graphs);
+                model.set_bf16_inference(search.bf16_inference);
                 model
                     .initial_inference(&observations, batch, 2)
                     .map_err(model_error)?;
