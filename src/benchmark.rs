@@ -93,6 +93,10 @@ pub struct BenchmarkReport {
     pub latent_dim: usize,
     pub num_blocks: usize,
     pub simulations: usize,
+    /// Whether the search's host conv calls ran in bf16 (`mcts.inference_dtype` on a CPU with
+    /// AVX-512 BF16): the last three columns' rows then computed their convolutions in bf16,
+    /// whatever their dtype column says.
+    pub search_bf16: bool,
     pub threads: String,
     pub rows: Vec<BenchmarkRow>,
     pub training: Vec<TrainingRow>,
@@ -368,6 +372,9 @@ pub fn measure(config: &Config, plan: &BenchmarkPlan) -> Result<BenchmarkReport,
         latent_dim: spec.latent_dim,
         num_blocks: spec.num_blocks,
         simulations: search.num_simulations,
+        search_bf16: search.bf16_inference
+            && spec.uses_conv()
+            && crate::network::bf16_inference_runs_here(),
         threads: std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "unset".into()),
         rows,
         training,
@@ -388,7 +395,7 @@ impl BenchmarkReport {
     /// A plain-text (Markdown) table.
     pub fn table(&self) -> String {
         let mut out = format!(
-            "device {} | {} obs {:?}, {} actions | hidden {}, latent {}, blocks {} | {} simulations | RAYON_NUM_THREADS={}\n\n",
+            "device {} | {} obs {:?}, {} actions | hidden {}, latent {}, blocks {} | {} simulations{} | RAYON_NUM_THREADS={}\n\n",
             self.device,
             self.env_name,
             self.observation_shape,
@@ -397,6 +404,11 @@ impl BenchmarkReport {
             self.latent_dim,
             self.num_blocks,
             self.simulations,
+            if self.search_bf16 {
+                " (the search's convolutions in bf16)"
+            } else {
+                ""
+            },
             self.threads
         );
         out.push_str(

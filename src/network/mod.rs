@@ -29,6 +29,12 @@ pub mod search_model;
 pub mod unfold;
 pub mod value_prefix;
 
+/// Whether this CPU runs the search's bf16 convolutions (`mcts.inference_dtype`): AVX-512
+/// with its BF16 extension.
+pub fn bf16_inference_runs_here() -> bool {
+    direct_conv::bf16::runs_here()
+}
+
 use std::borrow::Cow;
 use std::collections::HashMap;
 
