@@ -1,6 +1,7 @@
 //! The conv networks' inference on host memory: representation, dynamics and prediction over
 //! `Vec<f32>` with `host_conv_trunk`'s layer code, for searches and target values on the CPU
-//! in f32.
+//! in f32 (for searches that ask for it, the trunks' convolutions in bf16 with f32 sums:
+//! [`HostConv::with_bf16`]).
 //!
 //! Through candle, a conv network call is the trunk op between a few dozen tensor ops (the
 //! action planes, the min-max scaling, the 1 x 1 head convolutions, the dense heads), each
