@@ -32,6 +32,8 @@ use cumind_envs::{Environment, Symmetry};
 use rand::Rng;
 
 use crate::model::{Model, ModelError, Prediction};
+use crate::search::gumbel::softmax_in_place;
+use crate::search::symmetric;
 use crate::search::{SearchConfig, SearchError, SearchInput, SearchOutput, Searcher};
 
 /// One batched search of `input` through `model`, or with `search.exact_rules` through
@@ -53,11 +55,8 @@ pub fn search_games<M: Model + ?Sized, R: Rng + ?Sized>(
             searcher.run(&mut exact, search, input, rng)
         } else {
             // The symmetries act on the network's evaluations, not on whole searches.
-            exact = exact.with_symmetric_evaluation(search.symmetries.clone());
-            let plain = SearchConfig {
-                symmetries: Vec::new(),
-                ..search.clone()
-            };
+            let mut plain = search.clone();
+            exact = exact.with_symmetric_evaluation(std::mem::take(&mut plain.symmetries));
             searcher.run(&mut exact, &plain, input, rng)
         }
     } else {
@@ -116,14 +115,7 @@ impl<'a, M: Model + ?Sized> ExactModel<'a, M> {
             return self.evaluator.initial_inference(observations, batch, 1);
         }
         let copies = 1 + self.symmetries.len();
-        let obs_len = observations.len() / batch;
-        let mut all = Vec::with_capacity(copies * observations.len());
-        all.extend_from_slice(observations);
-        for symmetry in &self.symmetries {
-            for position in observations.chunks_exact(obs_len) {
-                all.extend(symmetry.apply_to_observation(position));
-            }
-        }
+        let all = symmetric::with_images(observations, batch, &self.symmetries);
         let seen = self.evaluator.initial_inference(&all, copies * batch, 1)?;
         Ok(pool_over_symmetries(
             &seen,
@@ -330,7 +322,8 @@ fn pool_over_symmetries(
         let mut value = 0.0;
         for c in 0..=symmetries.len() {
             let i = c * batch + b;
-            softmax_into(&seen.policy_logits[i * a..(i + 1) * a], &mut probabilities);
+            probabilities.copy_from_slice(&seen.policy_logits[i * a..(i + 1) * a]);
+            softmax_in_place(&mut probabilities, None);
             for (action, p) in mean.iter_mut().enumerate() {
                 let image = if c == 0 {
                     action
@@ -350,19 +343,6 @@ fn pool_over_symmetries(
         }
     }
     pooled
-}
-
-/// The softmax of `logits`, written into `out`.
-fn softmax_into(logits: &[f32], out: &mut [f32]) {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0;
-    for (o, &l) in out.iter_mut().zip(logits) {
-        *o = (l - max).exp();
-        sum += *o;
-    }
-    for o in out.iter_mut() {
-        *o /= sum;
-    }
 }
 
 /// What the real rules show one move ahead of a position in play, for its mover.
@@ -727,8 +707,8 @@ mod tests {
         let root = model.initial_inference(obs, 1, 3).unwrap();
         let child = model.recurrent_inference(&[0], &[column], 1).unwrap();
         let prior = |logits: &[f32]| {
-            let mut p = vec![0.0; logits.len()];
-            softmax_into(logits, &mut p);
+            let mut p = logits.to_vec();
+            softmax_in_place(&mut p, None);
             p
         };
         (

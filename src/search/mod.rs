@@ -49,7 +49,7 @@ mod output;
 pub mod puct;
 mod searcher;
 mod simulation;
-mod symmetric;
+pub(crate) mod symmetric;
 pub mod targets;
 pub mod tree;
 

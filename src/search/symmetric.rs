@@ -27,8 +27,25 @@ use super::output::SearchOutput;
 use super::targets::visit_count_policy;
 use super::SearchPolicy;
 
+/// The `(1 + symmetries) * batch` observations: first `batch` observations as they are, then
+/// every one through the first symmetry, and so on.
+pub fn with_images(observations: &[f32], batch: usize, symmetries: &[Symmetry]) -> Vec<f32> {
+    let obs_len = observations.len() / batch.max(1);
+    let mut obs = Vec::with_capacity((1 + symmetries.len()) * observations.len());
+    obs.extend_from_slice(observations);
+    for symmetry in symmetries {
+        for b in 0..batch {
+            obs.extend(
+                symmetry.apply_to_observation(&observations[b * obs_len..(b + 1) * obs_len]),
+            );
+        }
+    }
+    obs
+}
+
 /// The `(1 + symmetries) * batch` roots: first the roots as they are, then every root through
-/// the first symmetry, and so on. Returns the observations and the legal masks.
+/// the first symmetry, and so on. Returns the observations ([`with_images`]) and the legal
+/// masks.
 pub(super) fn expand(
     observations: &[f32],
     legal_masks: &[bool],
@@ -36,17 +53,11 @@ pub(super) fn expand(
     num_actions: usize,
     symmetries: &[Symmetry],
 ) -> (Vec<f32>, Vec<bool>) {
-    let obs_len = observations.len() / batch.max(1);
-    let copies = 1 + symmetries.len();
-    let mut obs = Vec::with_capacity(copies * observations.len());
-    let mut masks = Vec::with_capacity(copies * legal_masks.len());
-    obs.extend_from_slice(observations);
+    let obs = with_images(observations, batch, symmetries);
+    let mut masks = Vec::with_capacity((1 + symmetries.len()) * legal_masks.len());
     masks.extend_from_slice(legal_masks);
     for symmetry in symmetries {
         for b in 0..batch {
-            obs.extend(
-                symmetry.apply_to_observation(&observations[b * obs_len..(b + 1) * obs_len]),
-            );
             let mut mask = vec![false; num_actions];
             for (a, &legal) in legal_masks[b * num_actions..(b + 1) * num_actions]
                 .iter()

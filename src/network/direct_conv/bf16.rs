@@ -48,12 +48,7 @@ pub(in crate::network) fn pairs(c: usize) -> usize {
 /// The forward taps in bf16 pairs, `[k, k, pairs(C), O]`, from filter rows in patch-row order
 /// (`[O, k, k, C]`), as `super::taps_from_rows` lays out the f32 ones.
 pub(in crate::network) fn taps_from_rows(rows: &[f32], o: usize, c: usize, k: usize) -> Vec<u32> {
-    let row_len = k * k * c;
-    assert_eq!(
-        rows.len(),
-        o * row_len,
-        "direct conv: filter rows of the wrong size"
-    );
+    let row_len = super::filter_row_len(rows, o, c, k);
     let q = pairs(c);
     let mut taps = vec![0u32; k * k * q * o];
     for (oi, row) in rows.chunks_exact(row_len).enumerate() {
@@ -128,18 +123,10 @@ pub(in crate::network) fn conv(
     out: &mut [f32],
 ) {
     assert!(runs_here(), "direct conv: this CPU has no AVX-512 BF16");
-    assert!(
-        s.o.is_multiple_of(16) && (16..=64).contains(&s.o),
-        "direct conv: {} output channels",
-        s.o
-    );
-    assert!(s.k % 2 == 1, "direct conv: an even kernel");
+    super::check_shape(s);
     assert!(padded.len() >= padded_len(s));
     assert_eq!(taps.len(), s.k * s.k * pairs(s.c) * s.o);
-    assert!(out.len() >= s.n * s.h * s.w * s.o);
-    if let Some(b) = bias {
-        assert_eq!(b.len(), s.o);
-    }
+    super::check_output(s, bias, out);
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the kernel's instructions run on this CPU (`runs_here`), and every pointer it
     // forms stays within the buffers whose lengths are asserted here (see `conv_boards`).
@@ -159,50 +146,13 @@ pub(in crate::network) fn conv(
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::{reference, values};
     use super::*;
-
-    fn values(len: usize, seed: usize) -> Vec<f32> {
-        (0..len)
-            .map(|i| (((i * 7919 + seed * 104_729) % 2003) as f32 / 2003.0) - 0.5)
-            .collect()
-    }
 
     fn rounded(v: &[f32]) -> Vec<f32> {
         v.iter()
             .map(|&x| half::bf16::from_f32(x).to_f32())
             .collect()
-    }
-
-    /// The convolution written out in f64 over `x` (`[n, H, W, C]`) and filter rows.
-    fn reference(s: &DirectShape, x: &[f32], rows: &[f32], bias: &[f32]) -> Vec<f32> {
-        let p = s.k / 2;
-        let mut out = vec![0f64; s.n * s.h * s.w * s.o];
-        for b in 0..s.n {
-            for y in 0..s.h {
-                for xx in 0..s.w {
-                    let at = (b * s.h + y) * s.w + xx;
-                    for o in 0..s.o {
-                        let mut sum = f64::from(bias[o]);
-                        for ky in 0..s.k {
-                            for kx in 0..s.k {
-                                let (sy, sx) =
-                                    ((y + ky).wrapping_sub(p), (xx + kx).wrapping_sub(p));
-                                if sy >= s.h || sx >= s.w {
-                                    continue;
-                                }
-                                let cell = (b * s.h + sy) * s.w + sx;
-                                for c in 0..s.c {
-                                    let w = rows[(o * s.k * s.k + ky * s.k + kx) * s.c + c];
-                                    sum += f64::from(x[cell * s.c + c]) * f64::from(w);
-                                }
-                            }
-                        }
-                        out[at * s.o + o] = sum;
-                    }
-                }
-            }
-        }
-        out.iter().map(|&v| v as f32).collect()
     }
 
     /// The bf16 kernel equals the convolution of the bf16-rounded input and filters summed

@@ -97,14 +97,20 @@ pub(super) fn padded_channels(c: usize) -> usize {
     c.div_ceil(16) * 16
 }
 
-/// The forward taps, `[k, k, C, O]`, from filter rows in patch-row order (`[O, k, k, C]`).
-pub(super) fn taps_from_rows(rows: &[f32], o: usize, c: usize, k: usize) -> Vec<f32> {
+/// The length of one filter row (`k * k * C`), checking that `rows` holds `o` of them.
+fn filter_row_len(rows: &[f32], o: usize, c: usize, k: usize) -> usize {
     let row_len = k * k * c;
     assert_eq!(
         rows.len(),
         o * row_len,
         "direct conv: filter rows of the wrong size"
     );
+    row_len
+}
+
+/// The forward taps, `[k, k, C, O]`, from filter rows in patch-row order (`[O, k, k, C]`).
+pub(super) fn taps_from_rows(rows: &[f32], o: usize, c: usize, k: usize) -> Vec<f32> {
+    let row_len = filter_row_len(rows, o, c, k);
     let mut taps = vec![0f32; rows.len()];
     for (oi, row) in rows.chunks_exact(row_len).enumerate() {
         for (p, &v) in row.iter().enumerate() {
@@ -118,12 +124,7 @@ pub(super) fn taps_from_rows(rows: &[f32], o: usize, c: usize, k: usize) -> Vec<
 /// (zero beyond `C`), from the same filter rows: the filters flipped in both directions and
 /// transposed, so that convolving the output's gradient with them gives the input's.
 pub(super) fn adjoint_taps_from_rows(rows: &[f32], o: usize, c: usize, k: usize) -> Vec<f32> {
-    let row_len = k * k * c;
-    assert_eq!(
-        rows.len(),
-        o * row_len,
-        "direct conv: filter rows of the wrong size"
-    );
+    let row_len = filter_row_len(rows, o, c, k);
     let cp = padded_channels(c);
     let mut taps = vec![0f32; k * k * o * cp];
     for (oi, row) in rows.chunks_exact(row_len).enumerate() {
@@ -200,20 +201,35 @@ pub(super) fn conv(
 /// The panic of a call on a CPU that runs neither build (callers check [`supported`]).
 const NO_BUILD: &str = "direct conv: this CPU has neither AVX-512 nor AVX2 with FMA";
 
-/// What both kernels need of every call: instructions this CPU runs, an output-channel count
-/// they are built for, an odd kernel and a whole bordered input.
+/// What both kernels need of every call: instructions this CPU runs, a shape they are built
+/// for ([`check_shape`]) and a whole bordered input.
 fn check(isa: Isa, s: &DirectShape, padded: &[f32]) {
     assert!(
         isa.runs_here(),
         "direct conv: {isa:?} does not run on this CPU"
     );
+    check_shape(s);
+    assert!(padded.len() >= s.padded_len());
+}
+
+/// What every build of the kernels needs of a shape: an output-channel count it is built for
+/// and an odd kernel.
+fn check_shape(s: &DirectShape) {
     assert!(
         s.o.is_multiple_of(16) && (16..=64).contains(&s.o),
         "direct conv: {} output channels",
         s.o
     );
     assert!(s.k % 2 == 1, "direct conv: an even kernel");
-    assert!(padded.len() >= s.padded_len());
+}
+
+/// A convolution's output holds the whole result, and its bias, if any, one value per output
+/// channel.
+fn check_output(s: &DirectShape, bias: Option<&[f32]>, out: &[f32]) {
+    assert!(out.len() >= s.n * s.h * s.w * s.o);
+    if let Some(b) = bias {
+        assert_eq!(b.len(), s.o);
+    }
 }
 
 /// [`conv`] with the kernels of `isa`.
@@ -227,10 +243,7 @@ fn conv_on(
 ) {
     check(isa, s, padded);
     assert_eq!(taps.len(), s.k * s.k * s.c * s.o);
-    assert!(out.len() >= s.n * s.h * s.w * s.o);
-    if let Some(b) = bias {
-        assert_eq!(b.len(), s.o);
-    }
+    check_output(s, bias, out);
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the kernels' instructions run on this CPU (`check`), and every pointer they
     // form stays within the buffers whose lengths are asserted here and in `check` (see
@@ -441,7 +454,7 @@ mod tests {
     }
 
     /// The convolution written out: `x` `[n, H, W, C]`, filter rows `[O, k, k, C]`.
-    fn reference(s: &DirectShape, x: &[f32], rows: &[f32], bias: &[f32]) -> Vec<f32> {
+    pub(super) fn reference(s: &DirectShape, x: &[f32], rows: &[f32], bias: &[f32]) -> Vec<f32> {
         let mut out: Vec<f64> = (0..s.n * s.h * s.w)
             .flat_map(|_| bias.iter().map(|&v| f64::from(v)))
             .collect();
@@ -452,7 +465,7 @@ mod tests {
         out.iter().map(|&v| v as f32).collect()
     }
 
-    fn values(len: usize, seed: usize) -> Vec<f32> {
+    pub(super) fn values(len: usize, seed: usize) -> Vec<f32> {
         (0..len)
             .map(|i| (((i * 7919 + seed * 104_729) % 2003) as f32 / 2003.0) - 0.5)
             .collect()
