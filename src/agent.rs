@@ -102,6 +102,8 @@ impl Agent {
                     num_actions: meta.network.num_actions,
                     num_players: 1,
                     symmetries: Vec::new(),
+                    action_planes: (!meta.network.action_planes.is_empty())
+                        .then(|| meta.network.action_planes.clone()),
                 }
             }
             Err(_) => {
@@ -125,6 +127,7 @@ impl Agent {
             observation_shape: network.spec().observation_shape.clone(),
             num_actions: network.spec().num_actions,
             num_players: known.as_ref().map_or(1, |e| e.num_players),
+            action_planes: known.as_ref().and_then(|e| e.action_planes.clone()),
             // For `mcts.symmetric_search`; an environment this process cannot build has none.
             symmetries: known.map(|e| e.symmetries).unwrap_or_default(),
         };

@@ -21,6 +21,8 @@ pub struct EnvInfo {
     pub num_players: usize,
     /// The game's symmetries other than the identity.
     pub symmetries: Vec<cumind_envs::Symmetry>,
+    /// Where each action acts on the board (`Environment::action_planes`), if anywhere.
+    pub action_planes: Option<Vec<f32>>,
 }
 
 impl EnvInfo {
@@ -32,6 +34,7 @@ impl EnvInfo {
             num_actions: env.action_space().n().unwrap_or(0),
             num_players: env.num_players(),
             symmetries: env.symmetries(),
+            action_planes: env.action_planes(),
         })
     }
 }
@@ -67,6 +70,11 @@ pub fn network_spec(config: &Config, env: &EnvInfo) -> NetworkSpec {
             .collect(),
         value_prefix_dim: n.value_prefix_dim,
         value_prefix_horizon: n.value_prefix_horizon,
+        // The configuration's checks make sure the environment gives them.
+        action_planes: match (&env.action_planes, n.spatial_actions) {
+            (Some(planes), true) => planes.clone(),
+            _ => Vec::new(),
+        },
     }
 }
 

@@ -201,6 +201,11 @@ impl Environment for ConnectFour {
         })]
     }
 
+    /// Each move's column.
+    fn action_planes(&self) -> Option<Vec<f32>> {
+        Some(crate::board_action_planes(ROWS, COLS, COLS))
+    }
+
     fn clone_box(&self) -> Box<dyn Environment> {
         Box::new(self.clone())
     }

@@ -278,6 +278,42 @@ pub trait Environment: Send {
     fn symmetries(&self) -> Vec<Symmetry> {
         Vec::new()
     }
+
+    /// Where each action acts on the board, for games whose observation is `[planes, rows,
+    /// cols]` boards: `[actions, rows, cols]`, 1 on the cells action `a` concerns (its column,
+    /// its cell) and 0 elsewhere (see [`board_action_planes`]). A conv network may read the
+    /// action it is given as these planes instead of constant ones
+    /// (`network_architecture.spatial_actions`). None by default: the actions have no place
+    /// on the board.
+    fn action_planes(&self) -> Option<Vec<f32>> {
+        None
+    }
+}
+
+/// The action planes (`[actions, rows, cols]`) of a board of `rows x cols` cells whose actions
+/// are its cells (`actions == rows * cols`, row by row) or its columns (`actions == cols`), the
+/// two kinds [`Symmetry::of_board`] knows: 1 on the action's cell or column, 0 elsewhere.
+///
+/// # Panics
+/// If `actions` is neither.
+pub fn board_action_planes(rows: usize, cols: usize, actions: usize) -> Vec<f32> {
+    let cells = rows * cols;
+    assert!(
+        actions == cells || actions == cols,
+        "a board's actions are its {cells} cells or its {cols} columns, not {actions}"
+    );
+    let mut planes = vec![0f32; actions * cells];
+    for (a, plane) in planes.chunks_exact_mut(cells).enumerate() {
+        for (i, x) in plane.iter_mut().enumerate() {
+            let on = if actions == cells {
+                i == a
+            } else {
+                i % cols == a
+            };
+            *x = f32::from(u8::from(on));
+        }
+    }
+    planes
 }
 
 /// A symmetry of a game, as a signed permutation: the transformed observation is
@@ -377,6 +413,53 @@ pub(crate) fn check_range(action: usize, n: usize) -> Result<(), EnvError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A board's action planes mark the action's column or cell, and a game's symmetries move
+    /// the plane of action `a` onto the plane of the action `a` becomes.
+    #[test]
+    fn action_planes_mark_the_actions_place_and_follow_the_symmetries() {
+        let columns = board_action_planes(2, 3, 3);
+        assert_eq!(
+            columns,
+            [
+                [1., 0., 0., 1., 0., 0.],
+                [0., 1., 0., 0., 1., 0.],
+                [0., 0., 1., 0., 0., 1.]
+            ]
+            .concat()
+        );
+        let cells = board_action_planes(2, 2, 4);
+        for a in 0..4 {
+            let plane = &cells[a * 4..(a + 1) * 4];
+            assert_eq!(plane.iter().sum::<f32>(), 1.0);
+            assert_eq!(plane[a], 1.0, "action {a} is cell {a}");
+        }
+        let games: [Box<dyn Environment>; 2] = [
+            Box::new(crate::ConnectFour::new()),
+            Box::new(crate::TicTacToe::new()),
+        ];
+        for env in games {
+            let planes = env.action_planes().expect("a board game has action planes");
+            let shape = env.observation_space().shape();
+            let cells = shape[1] * shape[2];
+            let actions = env.action_space().n().unwrap();
+            assert_eq!(planes.len(), actions * cells);
+            for symmetry in env.symmetries() {
+                for a in 0..actions {
+                    // The board's own cell map: plane `p` of the observation moves as any.
+                    let moved: Vec<f32> = (0..cells)
+                        .map(|i| planes[a * cells + symmetry.observation[i] % cells])
+                        .collect();
+                    let b = symmetry.actions[a];
+                    assert_eq!(
+                        moved,
+                        planes[b * cells..(b + 1) * cells],
+                        "action {a} -> {b}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn discrete_space() {

@@ -131,6 +131,11 @@ impl Environment for FrameStack {
         Box::new(self.clone())
     }
 
+    /// The inner game's: stacking frames keeps the board.
+    fn action_planes(&self) -> Option<Vec<f32>> {
+        self.inner.action_planes()
+    }
+
     /// Each of the inner game's symmetries applied to every frame alike.
     fn symmetries(&self) -> Vec<Symmetry> {
         let n = self.frame_len;

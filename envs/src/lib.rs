@@ -62,7 +62,7 @@ pub use cartpole::CartPole;
 pub use catch::Catch;
 pub use check::{check_env, check_env_with, CheckOptions, CheckReport, Violation};
 pub use connect_four::ConnectFour;
-pub use env::{EnvError, Environment, Info, Space, StepResult, Symmetry};
+pub use env::{board_action_planes, EnvError, Environment, Info, Space, StepResult, Symmetry};
 pub use frame_stack::FrameStack;
 pub use minatar::{Asterix, Breakout, Freeway, Seaquest, SpaceInvaders};
 pub use mountain_car::MountainCar;

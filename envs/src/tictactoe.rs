@@ -191,6 +191,11 @@ impl Environment for TicTacToe {
             .collect()
     }
 
+    /// Each move's cell.
+    fn action_planes(&self) -> Option<Vec<f32>> {
+        Some(crate::board_action_planes(3, 3, 9))
+    }
+
     fn clone_box(&self) -> Box<dyn Environment> {
         Box::new(self.clone())
     }

@@ -256,6 +256,53 @@ mod tests {
         );
     }
 
+    /// `spatial_actions` needs a conv network over a board whose environment places its
+    /// actions; the network spec then carries the environment's planes.
+    #[test]
+    fn spatial_actions_need_a_board_that_places_its_actions() {
+        let c4 = load_with(sets(&[
+            "environment.env_name=ConnectFour",
+            "network_architecture.spatial_actions=true",
+        ]))
+        .unwrap();
+        let env = crate::components::EnvInfo::of(&c4).unwrap();
+        let spec = crate::components::network_spec(&c4, &env);
+        assert!(spec.uses_conv());
+        assert_eq!(
+            spec.action_planes,
+            cumind_envs::board_action_planes(6, 7, 7)
+        );
+        let off = load_with(sets(&["environment.env_name=ConnectFour"])).unwrap();
+        assert!(crate::components::network_spec(&off, &env)
+            .action_planes
+            .is_empty());
+        let mlp = error_text(load_with(sets(&[
+            "environment.env_name=ConnectFour",
+            "network_architecture.network_type=mlp",
+            "network_architecture.spatial_actions=true",
+        ])));
+        assert!(
+            mlp.contains("network_architecture.spatial_actions") && mlp.contains("conv"),
+            "{mlp}"
+        );
+        let cartpole = error_text(load_with(sets(&[
+            "network_architecture.spatial_actions=true",
+        ])));
+        assert!(
+            cartpole.contains("network_architecture.spatial_actions"),
+            "{cartpole}"
+        );
+        let minatar = error_text(load_with(sets(&[
+            "environment.env_name=MinAtar/Breakout-v1",
+            "network_architecture.spatial_actions=true",
+        ])));
+        assert!(
+            minatar.contains("network_architecture.spatial_actions")
+                && minatar.contains("no action planes"),
+            "{minatar}"
+        );
+    }
+
     /// A frame stack multiplies the observation's first dimension, so checks against the
     /// environment (here `observation_scale`'s length) see the stacked shape; 0 frames is an
     /// error that names the key.

@@ -145,6 +145,12 @@ pub struct NetworkConfig {
     /// The value prefix resets every this many steps of an unroll or a search path (0: only
     /// at the root). EfficientZero uses 5.
     pub value_prefix_horizon: usize,
+    /// Conv ResNet: the dynamics reads its action as planes over the board that mark where the
+    /// action acts (a Connect Four move's column, a tic-tac-toe move's cell; the environment's
+    /// `action_planes`) instead of constant planes. For board games whose environment gives
+    /// them.
+    #[serde(default)]
+    pub spatial_actions: bool,
 }
 
 /// "Training": the learner.

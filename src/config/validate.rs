@@ -319,6 +319,30 @@ impl Config {
             }
         }
 
+        if n.spatial_actions {
+            let conv = match n.network_type {
+                NetworkType::Conv => true,
+                NetworkType::Mlp => false,
+                NetworkType::Auto => env.observation_space().shape().len() == 3,
+            };
+            if !conv {
+                return Err(invalid(
+                    "network_architecture.spatial_actions",
+                    "needs the conv network (action planes are planes over a board)",
+                ));
+            }
+            if env.action_planes().is_none() {
+                return Err(invalid(
+                    "network_architecture.spatial_actions",
+                    format!(
+                        "{} gives no action planes (its actions have no place on the board); \
+                         set it to false",
+                        e.env_name
+                    ),
+                ));
+            }
+        }
+
         if n.network_type == NetworkType::Conv && env.observation_space().shape().len() != 3 {
             return Err(invalid(
                 "network_architecture.network_type",

@@ -322,6 +322,8 @@ pub struct ConvDynamics {
     reward_conv: Conv2d,
     reward: Head,
     board: (usize, usize),
+    /// [`NetworkSpec::action_planes`] as `[1, A, H, W]` f32 (None: constant planes).
+    action_planes: Option<Tensor>,
 }
 
 impl ConvDynamics {
@@ -339,16 +341,32 @@ impl ConvDynamics {
             spec.reward_support.size(),
         );
         pb.pop();
+        let action_planes = match spec.action_planes.len() {
+            0 => None,
+            n if n == spec.num_actions * h * w => Some(Tensor::from_vec(
+                spec.action_planes.clone(),
+                (1, spec.num_actions, h, w),
+                pb.device(),
+            )?),
+            n => {
+                return Err(NetworkError::Candle(candle_core::Error::Msg(format!(
+                    "{n} action-plane values for {} actions on a {h} x {w} board",
+                    spec.num_actions
+                ))))
+            }
+        };
         Ok(Self {
             trunk: trunk?,
             reward_conv: reward_conv?,
             reward: reward?,
             board: (h, w),
+            action_planes,
         })
     }
 
     /// # Shapes
-    /// `latent`: `[B, ch, H, W]`, `action_one_hot`: `[B, A]` (broadcast to A constant planes).
+    /// `latent`: `[B, ch, H, W]`, `action_one_hot`: `[B, A]` (broadcast to A constant planes,
+    /// or times the spec's action planes).
     pub fn forward(
         &self,
         latent: &Tensor,
@@ -369,8 +387,11 @@ impl ConvDynamics {
         let (h, w) = self.board;
         let planes = action_one_hot
             .reshape((b, a, 1, 1))?
-            .broadcast_as((b, a, h, w))?
-            .contiguous()?;
+            .broadcast_as((b, a, h, w))?;
+        let planes = match &self.action_planes {
+            Some(place) => planes.broadcast_mul(&place.to_dtype(planes.dtype())?)?,
+            None => planes.contiguous()?,
+        };
         let x = Tensor::cat(&[latent, &planes], 1)?;
         let hidden = self.trunk.forward(&x)?;
         let next = min_max_scale(&hidden)?;

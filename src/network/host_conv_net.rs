@@ -127,11 +127,14 @@ pub(crate) fn pointwise(weight: &[f32], bias: &[f32], x: &[f32], hw: usize) -> V
 
 /// The dynamics trunk's input from channels-last latents (`[rows, hw, channels]`) and one
 /// action per row: at each position the latent's channels, then one channel per action, one
-/// for the action taken and zero for the others.
+/// for the action taken and zero for the others; with `action_planes` (`[A, hw]`,
+/// [`NetworkSpec::action_planes`]; empty: all ones) the action's channel takes its plane's value
+/// at the position instead of one.
 pub(crate) fn dynamics_input(
     latents: &[f32],
     actions: &[usize],
     (hw, channels, num_actions): (usize, usize, usize),
+    action_planes: &[f32],
 ) -> Result<Vec<f32>, NetworkError> {
     let width = channels + num_actions;
     let mut input = vec![0f32; actions.len() * hw * width];
@@ -146,12 +149,14 @@ pub(crate) fn dynamics_input(
                 num_actions,
             });
         }
-        for (position, dst) in row
+        let place = action_planes.get(action * hw..(action + 1) * hw);
+        for (i, (position, dst)) in row
             .chunks_exact(channels)
             .zip(sample.chunks_exact_mut(width))
+            .enumerate()
         {
             dst[..channels].copy_from_slice(position);
-            dst[channels + action] = 1.0;
+            dst[channels + action] = place.map_or(1.0, |p| p[i]);
         }
     }
     Ok(input)
@@ -213,6 +218,8 @@ pub struct HostConv {
     obs_len: usize,
     /// [`NetworkSpec::observation_scale`].
     observation_scale: Vec<f32>,
+    /// [`NetworkSpec::action_planes`].
+    action_planes: Vec<f32>,
     representation: TrunkOnChunks,
     /// Trunk, reward planes, reward head.
     dynamics: (TrunkOnChunks, Planes, Dense),
@@ -267,6 +274,7 @@ impl HostConv {
             channels: representation.shape().channels,
             obs_len: spec.obs_len(),
             observation_scale: spec.observation_scale.clone(),
+            action_planes: spec.action_planes.clone(),
             representation,
             dynamics: (
                 trunk("dynamics.trunk", true, ch + a)?,
@@ -319,7 +327,12 @@ impl HostConv {
         actions: &[usize],
     ) -> Result<(Vec<f32>, Vec<f32>), NetworkError> {
         let rows = actions.len();
-        let input = dynamics_input(latents, actions, (self.hw, self.channels, self.num_actions))?;
+        let input = dynamics_input(
+            latents,
+            actions,
+            (self.hw, self.channels, self.num_actions),
+            &self.action_planes,
+        )?;
         let (trunk, reward_planes, reward_head) = &self.dynamics;
         let mut next = vec![0f32; rows * self.latent_dim()];
         trunk.forward(&input, &mut next, false);
@@ -511,6 +524,52 @@ mod tests {
                 &format!("{case}: next value"),
             );
         }
+    }
+
+    /// With action planes (each of 4 actions marks its column of a 3 x 4 board) the recurrent
+    /// call equals the candle network's, and the planes change what the dynamics predicts.
+    #[test]
+    fn host_conv_dynamics_with_action_planes_equals_the_candle_network() {
+        let constant = network([2, 3, 4], 8, 1);
+        let spec = NetworkSpec {
+            num_actions: 4,
+            action_planes: cumind_envs::board_action_planes(3, 4, 4),
+            ..constant.spec().clone()
+        };
+        let net = crate::testing::specs::perturbed_network(spec.clone(), 5);
+        let plain = crate::testing::specs::perturbed_network(
+            NetworkSpec {
+                action_planes: Vec::new(),
+                ..spec
+            },
+            5,
+        );
+        let (host, host_plain) = (HostConv::new(&net).unwrap(), HostConv::new(&plain).unwrap());
+        let obs: Vec<f32> = (0..4 * 24)
+            .map(|i| f32::from(u8::from((i * 5 + i / 7) % 3 == 0)))
+            .collect();
+        let (latents, _) = host.initial(&obs);
+        let want_latent = net
+            .represent(&net.observation_tensor(&obs).unwrap())
+            .unwrap();
+        let actions = [3, 0, 2, 1];
+        let step = host.recurrent(&latents, &actions).unwrap();
+        let (want_next, want_reward) = net
+            .dynamics(&want_latent, &net.action_tensor(&actions).unwrap())
+            .unwrap();
+        close(
+            &step.latents,
+            &channels_last(&want_next, 8, 12),
+            "next latent",
+        );
+        close(&step.reward_logits, &values(&want_reward), "reward");
+        let other = host_plain.recurrent(&latents, &actions).unwrap();
+        let moved = step
+            .latents
+            .iter()
+            .zip(&other.latents)
+            .any(|(a, b)| (a - b).abs() > 1e-3);
+        assert!(moved, "constant planes give another next latent");
     }
 
     /// In bf16 the host network gives what it gives in f32 to bf16's precision, initial and

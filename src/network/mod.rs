@@ -125,6 +125,11 @@ pub struct NetworkSpec {
     /// [`value_prefix::is_reset`]).
     #[serde(default)]
     pub value_prefix_horizon: usize,
+    /// Conv networks: where each action acts on the board, `[A, H, W]` (1 on the action's
+    /// cells, 0 elsewhere; `Environment::action_planes`): the dynamics reads action `a` as
+    /// plane `a` of these and zeros elsewhere. Empty: as constant planes (all ones).
+    #[serde(default)]
+    pub action_planes: Vec<f32>,
 }
 
 impl NetworkSpec {

@@ -173,6 +173,11 @@ impl ParamBuilder {
         matches!(self.source, Source::Frozen { .. })
     }
 
+    /// The device the parameters live on (for a network's constant tensors).
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
     /// Enter a sub-module: names created inside get `name.` prepended.
     pub fn push(&mut self, name: &str) {
         self.prefix.push(name.to_string());

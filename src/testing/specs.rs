@@ -26,6 +26,7 @@ pub fn tiny_spec(observation_shape: Vec<usize>, num_actions: usize) -> NetworkSp
         observation_scale: Vec::new(),
         value_prefix_dim: 0,
         value_prefix_horizon: 0,
+        action_planes: Vec::new(),
     }
 }
 

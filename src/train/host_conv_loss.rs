@@ -292,6 +292,8 @@ struct ConvNetworks {
     num_actions: usize,
     /// Positions of a board.
     hw: usize,
+    /// [`NetworkSpec::action_planes`].
+    action_planes: Vec<f32>,
     representation: Trunk,
     /// Trunk, reward planes, reward head.
     dynamics: (Trunk, Pointwise, Head),
@@ -333,6 +335,7 @@ impl ConvNetworks {
             observation_channels: c,
             num_actions: a,
             hw: board.0 * board.1,
+            action_planes: spec.action_planes.clone(),
             representation: trunk("representation.trunk", true, c)?,
             dynamics: (
                 trunk("dynamics.trunk", true, ch + a)?,
@@ -391,7 +394,7 @@ impl UnrollNetworks for ConvNetworks {
         actions: &[usize],
     ) -> Result<(LatentTrace, HeadTrace), NetworkError> {
         let (l, a, hw, rows) = (self.latent_len(), self.num_actions, self.hw, actions.len());
-        let input = dynamics_input(latent, actions, (hw, l / hw, a))?;
+        let input = dynamics_input(latent, actions, (hw, l / hw, a), &self.action_planes)?;
         let (trunk, reward_conv, reward_head) = &self.dynamics;
         let (unscaled, saved) = trunk.forward(&input, rows);
         let mut next = unscaled.clone();
@@ -571,6 +574,40 @@ mod tests {
             let case = format!("{blocks} blocks, {channels} channels");
             assert_equals_tensor_path(&net, &batch, &targets, &host, 2e-4, &case);
         }
+    }
+
+    /// With action planes (`network_architecture.spatial_actions`: each action marks its
+    /// column) the host loss and its gradients equal the tensor path's, and differ from those
+    /// of the same weights reading constant planes.
+    #[test]
+    fn the_host_conv_loss_with_action_planes_equals_the_tensor_path() {
+        let (shape, actions) = ([2, 3, 4], 4);
+        let constant = network(shape, actions, 8, 1);
+        let spec = NetworkSpec {
+            action_planes: cumind_envs::board_action_planes(3, 4, actions),
+            ..constant.spec().clone()
+        };
+        let net = MuZeroNetwork::from_tensors(
+            spec,
+            constant.params().to_tensors().unwrap(),
+            &Device::Cpu,
+            DType::F32,
+        )
+        .unwrap();
+        assert!(supports(&net, 0.0));
+        let batch = replay(shape.iter().product(), actions)
+            .sample(24, &mut rand::rngs::StdRng::seed_from_u64(3))
+            .unwrap();
+        let targets = batch.target_values.clone();
+        let host = host_conv_unrolled_loss(&net, &batch, &targets, 0.25).unwrap();
+        assert_equals_tensor_path(&net, &batch, &targets, &host, 2e-4, "action planes");
+        let plain = host_conv_unrolled_loss(&constant, &batch, &targets, 0.25).unwrap();
+        assert!(
+            (host.values.total - plain.values.total).abs() > 1e-4,
+            "the planes change the loss: {} vs {}",
+            host.values.total,
+            plain.values.total
+        );
     }
 
     /// The chunks are fixed by the batch size: one thread and three give the same bits.
