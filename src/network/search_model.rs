@@ -55,8 +55,8 @@ struct PrefixTree {
 
 /// A network's weights on the host for a search: an MLP's or a conv network's.
 enum HostNetwork {
-    Mlp(HostMlp),
-    Conv(HostConv),
+    Mlp(Box<HostMlp>),
+    Conv(Box<HostConv>),
 }
 
 impl HostNetwork {
@@ -68,24 +68,24 @@ impl HostNetwork {
     /// ([`HostConv::with_bf16`]).
     fn new(network: &MuZeroNetwork, bf16: bool) -> Result<Self, NetworkError> {
         if HostConv::supports(network) {
-            Ok(Self::Conv(HostConv::with_bf16(network, bf16)?))
+            Ok(Self::Conv(Box::new(HostConv::with_bf16(network, bf16)?)))
         } else {
-            Ok(Self::Mlp(HostMlp::new(network)?))
+            Ok(Self::Mlp(Box::new(HostMlp::new(network)?)))
         }
     }
 
     fn serial(self) -> Self {
         match self {
-            Self::Mlp(net) => Self::Mlp(net.serial()),
-            Self::Conv(net) => Self::Conv(net.serial()),
+            Self::Mlp(net) => Self::Mlp(Box::new((*net).serial())),
+            Self::Conv(net) => Self::Conv(Box::new((*net).serial())),
         }
     }
 
     /// The network's calls.
     fn calls(&self) -> &dyn HostInference {
         match self {
-            Self::Mlp(net) => net,
-            Self::Conv(net) => net,
+            Self::Mlp(net) => net.as_ref(),
+            Self::Conv(net) => net.as_ref(),
         }
     }
 }
