@@ -2,7 +2,8 @@
 # CuMind's convolutional network against the same network in PyTorch on this CPU, in one go,
 # so the ratio comes from one run: scripts/peers/pytorch_conv.py (PyTorch, the same shapes,
 # plane norm and loss), then `cumind benchmark` on the Connect Four preset with the conv ResNet
-# of CONV_CHANNELS channels and CONV_BLOCKS blocks (default 32 and 2), training batch 256 with
+# of CONV_CHANNELS channels and CONV_BLOCKS blocks (default 32 and 2), the peer's heads (hidden
+# width 128, supports of 5 atoms), constant action planes and f32 throughout, training batch 256 with
 # K = 5 and inference batch 256, both limited to THREADS threads (default: every core), the two
 # in turn ROUNDS times (default 3). CuMind's step takes its value targets as stored
 # (`self_play.value_target = "root"`): PyTorch's step has no target-network pass, and neither
@@ -45,6 +46,11 @@ for round in $(seq 1 "$ROUNDS"); do
     | tee "$OUT_DIR/pytorch-$round.json"
   RAYON_NUM_THREADS=$THREADS "$BIN" --config agents/connect4.json \
     --set network_architecture.network_type=conv \
+    --set network_architecture.hidden_dim=128 \
+    --set network_architecture.value_support_size=2 \
+    --set network_architecture.reward_support_size=2 \
+    --set network_architecture.spatial_actions=false \
+    --set mcts.inference_dtype=float32 --set mcts.num_simulations=50 \
     --set network_architecture.conv_channels="$CHANNELS" \
     --set network_architecture.num_blocks="$BLOCKS" \
     --set training.batch_size=256 --set self_play.num_unroll_steps=5 \
