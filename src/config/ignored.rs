@@ -129,12 +129,7 @@ impl Config {
         }
 
         let n = &self.network_architecture;
-        let conv = match n.network_type {
-            NetworkType::Conv => true,
-            NetworkType::Mlp => false,
-            NetworkType::Auto => image_observations,
-        };
-        if !conv {
+        if !n.uses_conv(image_observations) {
             let why = format!(
                 "the network is an MLP (network_type {}{})",
                 serde_json::json!(n.network_type),

@@ -153,6 +153,18 @@ pub struct NetworkConfig {
     pub spatial_actions: bool,
 }
 
+impl NetworkConfig {
+    /// Whether the network is the conv ResNet: "conv", or "auto" where the observations are
+    /// `[C, H, W]` planes (`image_observations`).
+    pub fn uses_conv(&self, image_observations: bool) -> bool {
+        match self.network_type {
+            NetworkType::Conv => true,
+            NetworkType::Mlp => false,
+            NetworkType::Auto => image_observations,
+        }
+    }
+}
+
 /// "Training": the learner.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

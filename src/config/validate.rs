@@ -320,12 +320,7 @@ impl Config {
         }
 
         if n.spatial_actions {
-            let conv = match n.network_type {
-                NetworkType::Conv => true,
-                NetworkType::Mlp => false,
-                NetworkType::Auto => env.observation_space().shape().len() == 3,
-            };
-            if !conv {
+            if !n.uses_conv(env.observation_space().shape().len() == 3) {
                 return Err(invalid(
                     "network_architecture.spatial_actions",
                     "needs the conv network (action planes are planes over a board)",
