@@ -80,6 +80,9 @@ pub struct ActorStep {
     /// Return and length of each finished episode.
     pub finished_episodes: Vec<EpisodeStats>,
     pub search: SearchStats,
+    /// Wall-clock seconds an [`ActorPool`] thread spent taking this step (search and
+    /// environments); 0 for a step taken on the learner's thread, which times it itself.
+    pub seconds: f64,
 }
 
 /// Playout cap randomization (Wu, "Accelerating Self-Play Learning in Go", 2019): each
@@ -765,7 +768,12 @@ impl ActorPool {
                         }
                         weights_id = Some(published.weights_id);
                     }
-                    let step = actor.step_unless(&network, &search, published.temperature, &stop);
+                    let clock = std::time::Instant::now();
+                    let mut step =
+                        actor.step_unless(&network, &search, published.temperature, &stop);
+                    if let Ok(Some(step)) = &mut step {
+                        step.seconds = clock.elapsed().as_secs_f64();
+                    }
                     let last = !matches!(step, Ok(Some(_)));
                     if sender.send(step).is_err() || last {
                         return;

@@ -136,6 +136,8 @@ fn actor_threads_learn_beside_the_learner() {
         c.training_steps <= max_steps && c.training_steps > max_steps / 2,
         "{c:?}"
     );
+    // The threads' own time is counted, apart from the learner's waits for it.
+    assert!(summary.timing.actor_threads > 0.0, "{:?}", summary.timing);
     // A random policy scores about -0.6 on Catch; the threads' data taught something.
     let env = EnvInfo::of(&config).unwrap();
     let search = components::search_config(&config, &env);

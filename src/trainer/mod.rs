@@ -125,7 +125,12 @@ struct TrainingRun<'a> {
 /// Wall-clock seconds spent in each phase of this segment of the run.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Timing {
+    /// The learner's thread on self-play: the whole of it in the synchronous schedule; with
+    /// actor threads, only the time it waited for their steps.
     pub self_play: f64,
+    /// With actor threads: the seconds they spent on the steps the learner consumed, beside
+    /// the learner's own work (0 in the synchronous schedule).
+    pub actor_threads: f64,
     pub training: f64,
     pub evaluation: f64,
     /// Writing checkpoints, in total.
@@ -468,6 +473,7 @@ impl<'a> TrainingRun<'a> {
                 },
             };
             self.timing.self_play += clock.elapsed().as_secs_f64();
+            self.timing.actor_threads += step.seconds;
             // The counters hold every rank's steps and episodes, so budgets, evaluation
             // intervals and the logged x axis mean the same at any rank count.
             let (mut steps, mut episodes) = (step.env_steps, step.finished_episodes.len());

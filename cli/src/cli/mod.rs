@@ -487,9 +487,17 @@ fn train_and_report(
             .map(|e| format!(" | last eval {:.1} +- {:.1}", e.mean_return(), e.std_return()))
             .unwrap_or_default()
     );
+    let t = &summary.timing;
+    let self_play = if t.actor_threads > 0.0 {
+        format!(
+            "self-play {:.1}s on actor threads beside the learner (which waited {:.1}s for it)",
+            t.actor_threads, t.self_play
+        )
+    } else {
+        format!("self-play {:.1}s", t.self_play)
+    };
     println!(
-        "time: self-play {:.1}s, training {:.1}s, evaluation {:.1}s, checkpoints {:.1}s (last save {:.2}s)",
-        summary.timing.self_play,
+        "time: {self_play}, training {:.1}s, evaluation {:.1}s, checkpoints {:.1}s (last save {:.2}s)",
         summary.timing.training,
         summary.timing.evaluation,
         summary.timing.checkpoints,
