@@ -155,6 +155,18 @@ impl Config {
             );
         }
 
+        if n.spatial_actions
+            && m.model == SearchModelKind::Exact
+            && self.self_play.num_unroll_steps == 0
+        {
+            add(
+                "network_architecture.spatial_actions",
+                "mcts.model is \"exact\" and self_play.num_unroll_steps is 0: the dynamics network, \
+                 which alone reads the action planes, is neither searched nor trained"
+                    .to_string(),
+            );
+        }
+
         let t = &self.training;
         if t.eval_interval == 0 {
             add(
@@ -263,6 +275,20 @@ mod tests {
         assert!(!keys(&config, true).contains(&"network_architecture.conv_channels"));
         config.network_architecture.network_type = NetworkType::Mlp;
         assert!(keys(&config, true).contains(&"network_architecture.conv_channels"));
+    }
+
+    #[test]
+    fn action_planes_are_ignored_only_where_no_dynamics_is_trained() {
+        let mut config = Config::default_config();
+        config.network_architecture.spatial_actions = true;
+        config.mcts.model = SearchModelKind::Exact;
+        config.self_play.num_unroll_steps = 0;
+        assert!(keys(&config, true).contains(&"network_architecture.spatial_actions"));
+        config.self_play.num_unroll_steps = 5;
+        assert!(!keys(&config, true).contains(&"network_architecture.spatial_actions"));
+        config.self_play.num_unroll_steps = 0;
+        config.mcts.model = SearchModelKind::Learned;
+        assert!(!keys(&config, true).contains(&"network_architecture.spatial_actions"));
     }
 
     #[test]
