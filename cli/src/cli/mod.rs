@@ -498,10 +498,7 @@ fn train_and_report(
     };
     println!(
         "time: {self_play}, training {:.1}s, evaluation {:.1}s, checkpoints {:.1}s (last save {:.2}s)",
-        summary.timing.training,
-        summary.timing.evaluation,
-        summary.timing.checkpoints,
-        summary.timing.last_save
+        t.training, t.evaluation, t.checkpoints, t.last_save
     );
     println!("checkpoint: {}", summary.run_dir.display());
     let best = summary.run_dir.join(cumind::checkpoint::BEST);
