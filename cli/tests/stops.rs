@@ -77,6 +77,50 @@ fn sigint_sigterm_and_sighup_save_a_checkpoint_and_the_run_resumes() {
 }
 
 #[test]
+fn the_clock_stops_a_run_with_a_checkpoint_and_a_resumed_run_counts_it_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().join("ckpt").join("clock");
+    let budget = &[
+        "training.checkpoint_interval=100000",
+        "training.max_env_steps=100000000",
+        "training.max_seconds=2",
+    ];
+    let out = train_in_place(dir.path(), "catch.json", "clock", budget);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("stopped: reached max_seconds = 2"), "{t}");
+    let meta = latest_metadata(&run_dir);
+    let elapsed = meta["counters"]["elapsed_seconds"].as_f64().unwrap();
+    assert!(elapsed >= 2.0, "{elapsed}");
+    let (env_steps, _) = counters(&run_dir);
+    assert!(env_steps > 0);
+
+    // The budget is the run's clock, not the segment's: a resume with the same budget stops
+    // at once, one with more goes on until its clock passes it.
+    let resumed = |seconds: f64| {
+        let out = cumind(dir.path())
+            .args(sets(&[&format!("training.max_seconds={seconds}")]))
+            .args(["train", "--no-progress", "--resume", "ckpt/clock"])
+            .output()
+            .unwrap();
+        let t = text(&out);
+        assert!(out.status.success(), "{t}");
+        assert!(
+            t.contains(&format!("stopped: reached max_seconds = {seconds}")),
+            "{t}"
+        );
+        counters(&run_dir).0
+    };
+    assert_eq!(resumed(2.0), env_steps);
+    let later = resumed(elapsed + 1.0);
+    assert!(later > env_steps, "{later} after {env_steps}");
+    let elapsed_after = latest_metadata(&run_dir)["counters"]["elapsed_seconds"]
+        .as_f64()
+        .unwrap();
+    assert!(elapsed_after >= elapsed + 1.0, "{elapsed_after}");
+}
+
+#[test]
 fn a_write_that_fails_part_way_keeps_the_last_good_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     // Files may grow to 120 KiB: the first checkpoints fit, and the replay snapshot outgrows it

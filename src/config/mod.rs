@@ -501,6 +501,25 @@ mod tests {
     }
 
     #[test]
+    fn a_clock_budget_is_a_budget_and_must_be_a_number_of_seconds() {
+        let c = load_with(sets(&[
+            "training.max_env_steps=0",
+            "training.max_seconds=90.5",
+        ]))
+        .unwrap();
+        assert_eq!(c.training.max_seconds, 90.5);
+        for bad in ["-1", "NaN", "inf"] {
+            let text = error_text(load_with(sets(&[&format!("training.max_seconds={bad}")])));
+            assert!(text.contains("training.max_seconds"), "{bad}: {text}");
+        }
+        let text = error_text(load_with(sets(&[
+            "training.max_env_steps=0",
+            "training.max_seconds=0",
+        ])));
+        assert!(text.contains("a run needs a budget"), "{text}");
+    }
+
+    #[test]
     fn malformed_file_is_an_error_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("broken.json");

@@ -191,6 +191,10 @@ pub struct TrainingConfig {
     pub max_env_steps: usize,
     /// Stop after this many training steps (0: no limit).
     pub max_training_steps: usize,
+    /// Stop once the run's clock (every segment of a resumed run together) passes this many
+    /// seconds (0: no limit). A stop only: the learning-rate and temperature schedules follow
+    /// the step budgets, so a run stopped by the clock is the same run as far as it went.
+    pub max_seconds: f64,
     /// Training steps per environment step (the replay ratio).
     pub train_ratio: f64,
     /// Fraction of each sampled batch whose policy targets are recomputed by a fresh search

@@ -86,10 +86,24 @@ impl Config {
         if t.checkpoint_root_dir.trim().is_empty() {
             return Err(invalid("training.checkpoint_root_dir", "must not be empty"));
         }
-        if t.max_env_steps == 0 && t.max_training_steps == 0 && t.num_episodes == 0 {
+        if !(t.max_seconds.is_finite() && t.max_seconds >= 0.0) {
+            return Err(invalid(
+                "training.max_seconds",
+                format!(
+                    "{} is not a number of seconds: must be 0 (no limit) or more",
+                    t.max_seconds
+                ),
+            ));
+        }
+        if t.max_env_steps == 0
+            && t.max_training_steps == 0
+            && t.num_episodes == 0
+            && t.max_seconds == 0.0
+        {
             return Err(invalid(
                 "training.max_env_steps",
-                "a run needs a budget: set max_env_steps, max_training_steps or num_episodes above 0",
+                "a run needs a budget: set max_env_steps, max_training_steps, num_episodes or \
+                 max_seconds above 0",
             ));
         }
         within("training.train_ratio", t.train_ratio, 1e-6, 1000.0)?;

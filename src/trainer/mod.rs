@@ -437,6 +437,8 @@ impl<'a> TrainingRun<'a> {
         let mut evaluation_stop: Option<String> = None;
 
         let reason = loop {
+            // The run's clock, for `max_seconds` (and the checkpoints).
+            self.counters.elapsed_seconds = elapsed_before + segment_start.elapsed().as_secs_f64();
             let mut stop = if options.stop.load(Ordering::SeqCst) {
                 Some((StopKind::Interrupted, "interrupted".to_string()))
             } else if let Some(reason) = schedule.budget_spent(&self.counters) {

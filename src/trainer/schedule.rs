@@ -13,7 +13,9 @@
 //! - **Evaluation** every `eval_interval` environment steps (0: never), **checkpoints** every
 //!   `checkpoint_interval` training steps, both at multiples of the interval, so a resumed run
 //!   keeps the same grid.
-//! - **Budget:** `max_env_steps`, `max_training_steps`, `num_episodes` (0: no limit each).
+//! - **Budget:** `max_env_steps`, `max_training_steps`, `num_episodes` (0: no limit each), and
+//!   `max_seconds` of the run's clock, which stops the run but, unlike the step budgets, does
+//!   not count towards [`Schedule::progress`]: the schedules stay a function of the steps.
 
 use crate::checkpoint::Counters;
 use crate::config::Config;
@@ -31,6 +33,7 @@ pub struct Schedule {
     max_env_steps: u64,
     max_training_steps: u64,
     num_episodes: u64,
+    max_seconds: f64,
     /// Environment steps when replay first held `min_replay` transitions.
     warm_at: Option<u64>,
     /// Training steps already taken when this segment started.
@@ -61,6 +64,7 @@ impl Schedule {
             max_env_steps: t.max_env_steps as u64,
             max_training_steps: t.max_training_steps as u64,
             num_episodes: t.num_episodes as u64,
+            max_seconds: t.max_seconds,
             warm_at: (replay_transitions >= min_replay).then_some(counters.env_steps),
             trained_before: counters.training_steps,
             actor_steps_since_phase: 0,
@@ -115,7 +119,8 @@ impl Schedule {
         false
     }
 
-    /// Fraction of the budget spent, in [0, 1] (the largest over the limits that are set).
+    /// Fraction of the budget spent, in [0, 1] (the largest over the step and episode limits
+    /// that are set; `max_seconds` does not count, so the temperature follows the steps).
     pub fn progress(&self, counters: &Counters) -> f64 {
         let mut p: f64 = 0.0;
         for (done, limit) in [
@@ -143,6 +148,9 @@ impl Schedule {
         }
         if self.num_episodes > 0 && counters.episodes >= self.num_episodes {
             return Some(format!("reached num_episodes = {}", self.num_episodes));
+        }
+        if self.max_seconds > 0.0 && counters.elapsed_seconds >= self.max_seconds {
+            return Some(format!("reached max_seconds = {}", self.max_seconds));
         }
         None
     }
@@ -292,5 +300,21 @@ mod tests {
             s.budget_spent(&counters(1000, 0)).unwrap(),
             "reached max_env_steps = 1000"
         );
+    }
+
+    #[test]
+    fn the_clock_stops_the_run_without_moving_the_schedules() {
+        let c = config(&["training.max_env_steps=1000", "training.max_seconds=60"]);
+        let s = Schedule::new(&c, &counters(0, 0), 0, 1);
+        let mut at = counters(250, 0);
+        at.elapsed_seconds = 59.5;
+        assert_eq!(s.budget_spent(&at), None);
+        at.elapsed_seconds = 60.0;
+        assert_eq!(s.budget_spent(&at).unwrap(), "reached max_seconds = 60");
+        // A quarter of the steps, whatever the clock says.
+        assert_eq!(s.progress(&at), 0.25);
+        let unlimited = Schedule::new(&config(&[]), &counters(0, 0), 0, 1);
+        at.elapsed_seconds = 1e9;
+        assert_eq!(unlimited.budget_spent(&at), None);
     }
 }
