@@ -377,6 +377,8 @@ impl<'a> TrainingRun<'a> {
         let search = components::self_play_search_config(config, &self.env);
         let segment_start = Instant::now();
         let elapsed_before = self.counters.elapsed_seconds;
+        // The run's clock: every earlier segment of a resumed run, and this one so far.
+        let run_clock = || elapsed_before + segment_start.elapsed().as_secs_f64();
         let env_steps_before = self.counters.env_steps;
         let training_steps_before = self.counters.training_steps;
         if let Some(c) = &self.collective {
@@ -437,8 +439,8 @@ impl<'a> TrainingRun<'a> {
         let mut evaluation_stop: Option<String> = None;
 
         let reason = loop {
-            // The run's clock, for `max_seconds` (and the checkpoints).
-            self.counters.elapsed_seconds = elapsed_before + segment_start.elapsed().as_secs_f64();
+            // For `max_seconds`.
+            self.counters.elapsed_seconds = run_clock();
             let mut stop = if options.stop.load(Ordering::SeqCst) {
                 Some((StopKind::Interrupted, "interrupted".to_string()))
             } else if let Some(reason) = schedule.budget_spent(&self.counters) {
@@ -508,8 +510,7 @@ impl<'a> TrainingRun<'a> {
                 self.timing.training += clock.elapsed().as_secs_f64();
                 if schedule.checkpoint_due(self.counters.training_steps) && !options.no_checkpoints
                 {
-                    self.counters.elapsed_seconds =
-                        elapsed_before + segment_start.elapsed().as_secs_f64();
+                    self.counters.elapsed_seconds = run_clock();
                     self.save_checkpoint()?;
                 }
             }
@@ -524,7 +525,7 @@ impl<'a> TrainingRun<'a> {
             }
 
             if schedule.eval_due(self.counters.env_steps) && self.rank() == 0 {
-                let elapsed = elapsed_before + segment_start.elapsed().as_secs_f64();
+                let elapsed = run_clock();
                 // `None`: a stop request abandoned the evaluation; the loop's top stops.
                 if let Some(improved) = self.evaluate(elapsed, &options.stop, sink)? {
                     if improved && !options.no_checkpoints {
@@ -569,7 +570,7 @@ impl<'a> TrainingRun<'a> {
                 );
                 sink.scalar(
                     "progress/elapsed_seconds",
-                    elapsed_before + segment_start.elapsed().as_secs_f64(),
+                    run_clock(),
                     self.counters.env_steps,
                 );
                 sink.progress(&Progress {
@@ -581,7 +582,7 @@ impl<'a> TrainingRun<'a> {
                 });
             }
         };
-        self.counters.elapsed_seconds = elapsed_before + segment_start.elapsed().as_secs_f64();
+        self.counters.elapsed_seconds = run_clock();
         let (hits, lookups) = self.learner.target_value_counts();
         if lookups > 0 {
             sink.log(&format!(
