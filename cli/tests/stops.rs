@@ -21,8 +21,18 @@ fn counters(run: &Path) -> (u64, u64) {
 
 /// Resume `run_name` in `dir` with an environment-step budget of `budget`; must succeed.
 fn resume(dir: &Path, run_name: &str, budget: u64) -> String {
+    resume_with(
+        dir,
+        run_name,
+        &format!("training.max_env_steps={budget}"),
+        &format!("{budget} env steps"),
+    )
+}
+
+/// Resume `run_name` in `dir` with one `--set` of `setting`; must succeed and print `expected`.
+fn resume_with(dir: &Path, run_name: &str, setting: &str, expected: &str) -> String {
     let out = cumind(dir)
-        .args(sets(&[&format!("training.max_env_steps={budget}")]))
+        .args(sets(&[setting]))
         .args([
             "train",
             "--no-progress",
@@ -33,7 +43,7 @@ fn resume(dir: &Path, run_name: &str, budget: u64) -> String {
         .unwrap();
     let t = text(&out);
     assert!(out.status.success(), "{t}");
-    assert!(t.contains(&format!("{budget} env steps")), "{t}");
+    assert!(t.contains(expected), "{t}");
     t
 }
 
@@ -98,16 +108,11 @@ fn the_clock_stops_a_run_with_a_checkpoint_and_a_resumed_run_counts_it_on() {
     // The budget is the run's clock, not the segment's: a resume with the same budget stops
     // at once, one with more goes on until its clock passes it.
     let resumed = |seconds: f64| {
-        let out = cumind(dir.path())
-            .args(sets(&[&format!("training.max_seconds={seconds}")]))
-            .args(["train", "--no-progress", "--resume", "ckpt/clock"])
-            .output()
-            .unwrap();
-        let t = text(&out);
-        assert!(out.status.success(), "{t}");
-        assert!(
-            t.contains(&format!("stopped: reached max_seconds = {seconds}")),
-            "{t}"
+        resume_with(
+            dir.path(),
+            "clock",
+            &format!("training.max_seconds={seconds}"),
+            &format!("stopped: reached max_seconds = {seconds}"),
         );
         counters(&run_dir).0
     };
